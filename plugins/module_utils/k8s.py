@@ -1,0 +1,392 @@
+# -*- coding: utf-8 -*-
+# Copyright: hybridgpu.fleet contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The one place that talks to Kubernetes.
+
+Every Kubernetes call of the collection goes through `Kube`: it builds a client from
+kubeconfig/context/host/token/CA options (the shared argument spec below), retries with
+backoff on 429, 5xx and transport errors, and returns plain dicts decoded straight from
+the response body (no model objects: cheaper, and unknown fields survive).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import time
+
+try:
+    from kubernetes import client as k8s_client
+    from kubernetes import config as k8s_config
+    from kubernetes.client.exceptions import ApiException
+    import urllib3
+
+    HAS_K8S = True
+    K8S_IMPORT_ERROR = None
+except ImportError as exc:  # pragma: no cover - reported by the module
+    HAS_K8S = False
+    K8S_IMPORT_ERROR = exc
+    ApiException = Exception  # noqa: N816
+
+try:
+    from ansible.module_utils.basic import env_fallback
+except ImportError:  # used outside Ansible (lab tools, benchmarks)
+    def env_fallback(*names):
+        raise LookupError(names)
+
+# Shared argument spec of every Kubernetes-facing module. Documented once in
+# plugins/doc_fragments/k8s_auth.py. Environment names follow kubernetes.core.
+K8S_AUTH_ARG_SPEC = dict(
+    kubeconfig=dict(type="path", fallback=(env_fallback, ["K8S_AUTH_KUBECONFIG"])),
+    context=dict(type="str", fallback=(env_fallback, ["K8S_AUTH_CONTEXT"])),
+    host=dict(type="str", fallback=(env_fallback, ["K8S_AUTH_HOST"])),
+    api_key=dict(type="str", no_log=True, fallback=(env_fallback, ["K8S_AUTH_API_KEY"])),
+    ca_cert=dict(type="path", aliases=["ssl_ca_cert"], fallback=(env_fallback, ["K8S_AUTH_SSL_CA_CERT"])),
+    validate_certs=dict(type="bool", default=True, aliases=["verify_ssl"]),
+    request_timeout=dict(type="float", default=20.0),
+    api_retries=dict(type="int", default=4),
+)
+
+AUTH_KEYS = tuple(K8S_AUTH_ARG_SPEC)
+
+RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
+
+
+class K8sError(Exception):
+    """A failed API call, with what was attempted on which object."""
+
+    def __init__(self, action, status=None, reason=None, message=None, body=None):
+        self.action = action
+        self.status = status
+        self.reason = reason
+        self.body = body or {}
+        self.message = message or reason or "unknown error"
+        text = "%s failed" % action
+        if status:
+            text += ": HTTP %s %s" % (status, reason or "")
+        if message and message != reason:
+            text += ": %s" % message
+        super().__init__(text)
+
+    @property
+    def not_found(self):
+        return self.status == 404
+
+    @property
+    def conflict(self):
+        return self.status == 409
+
+
+def _decode(data):
+    if not data:
+        return {}
+    if isinstance(data, bytes):
+        data = data.decode("utf-8", "replace")
+    try:
+        return json.loads(data)
+    except ValueError:
+        return {"raw": data}
+
+
+def build_api_client(params):
+    """Build an ApiClient from the shared auth options (a dict like module.params)."""
+    if not HAS_K8S:
+        raise K8sError("import kubernetes", message="the kubernetes Python client is not installed: %s"
+                       % K8S_IMPORT_ERROR)
+    params = params or {}
+    cfg = k8s_client.Configuration()
+    kubeconfig = params.get("kubeconfig")
+    host = params.get("host")
+    if kubeconfig or not host:
+        path = kubeconfig or os.environ.get("KUBECONFIG", "").split(os.pathsep)[0] or os.path.expanduser(
+            "~/.kube/config")
+        if not os.path.exists(path):
+            raise K8sError("load kubeconfig", message="kubeconfig %s does not exist; set kubeconfig, "
+                           "K8S_AUTH_KUBECONFIG or KUBECONFIG" % path)
+        try:
+            k8s_config.load_kube_config(config_file=path, context=params.get("context"),
+                                        client_configuration=cfg, persist_config=False)
+        except Exception as exc:  # the loader raises several unrelated types
+            raise K8sError("load kubeconfig %s" % path,
+                           message="%s (context %r)" % (exc, params.get("context")))
+    if host:
+        cfg.host = host
+    if params.get("api_key"):
+        cfg.api_key = {"authorization": "Bearer %s" % params["api_key"]}
+    if params.get("ca_cert"):
+        cfg.ssl_ca_cert = params["ca_cert"]
+    if params.get("validate_certs") is False:
+        cfg.verify_ssl = False
+    # Our own backoff decides about retries; urllib3 must not retry underneath it.
+    cfg.retries = False
+    return k8s_client.ApiClient(configuration=cfg)
+
+
+class Kube(object):
+    """Thin, retrying access to the API groups the collection uses. Returns dicts."""
+
+    def __init__(self, params=None, api_client=None, retries=None, backoff=0.25, max_backoff=4.0,
+                 sleep=time.sleep):
+        params = params or {}
+        self.api_client = api_client or build_api_client(params)
+        self.timeout = params.get("request_timeout") or 20.0
+        self.retries = params.get("api_retries", 4) if retries is None else retries
+        self.backoff = backoff
+        self.max_backoff = max_backoff
+        self.sleep = sleep
+        self.calls = 0  # API requests sent, retries included (for benchmarks and tests)
+        self.core = k8s_client.CoreV1Api(self.api_client)
+        self.batch = k8s_client.BatchV1Api(self.api_client)
+        self.policy = k8s_client.PolicyV1Api(self.api_client)
+        self.version_api = k8s_client.VersionApi(self.api_client)
+
+    # -- transport ---------------------------------------------------------------------
+    def call(self, action, fn, *args, retry_statuses=RETRY_STATUSES, **kwargs):
+        """Run one API call with backoff; returns the decoded body or raises K8sError."""
+        kwargs.setdefault("_preload_content", False)
+        kwargs.setdefault("_request_timeout", self.timeout)
+        attempt = 0
+        while True:
+            attempt += 1
+            self.calls += 1
+            try:
+                resp = fn(*args, **kwargs)
+                return _decode(resp.data)
+            except ApiException as exc:
+                body = _decode(getattr(exc, "body", None))
+                status = getattr(exc, "status", None)
+                if status in retry_statuses and attempt <= self.retries:
+                    self._wait(attempt, exc)
+                    continue
+                raise K8sError(action, status, getattr(exc, "reason", None),
+                               body.get("message") if isinstance(body, dict) else None, body)
+            except (urllib3.exceptions.HTTPError, OSError) as exc:
+                if attempt <= self.retries:
+                    self._wait(attempt, None)
+                    continue
+                raise K8sError(action, message="cannot reach the API server at %s: %s"
+                               % (self.api_client.configuration.host, exc))
+
+    def _wait(self, attempt, exc):
+        delay = min(self.max_backoff, self.backoff * (2 ** (attempt - 1)))
+        retry_after = None
+        headers = getattr(exc, "headers", None) or {}
+        try:
+            retry_after = float(headers.get("Retry-After"))
+        except (TypeError, ValueError):
+            pass
+        if retry_after is not None:
+            delay = min(self.max_backoff, max(delay, retry_after))
+        self.sleep(delay * (0.5 + random.random() / 2))
+
+    # -- version -----------------------------------------------------------------------
+    def server_version(self):
+        return self.call("get server version", self.version_api.get_code)
+
+    # -- nodes -------------------------------------------------------------------------
+    def list_nodes(self, label_selector=None, field_selector=None):
+        kw = _selectors(label_selector, field_selector)
+        return self.call("list nodes", self.core.list_node, **kw).get("items", [])
+
+    def get_node(self, name):
+        """The Node as a dict, or None when it does not exist."""
+        try:
+            return self.call("get node %s" % name, self.core.read_node, name)
+        except K8sError as err:
+            if err.not_found:
+                return None
+            raise
+
+    def patch_node(self, name, patch, patch_type="strategic"):
+        return self.call("patch node %s" % name, self.core.patch_node, name, patch,
+                         _content_type=PATCH_TYPES[patch_type])
+
+    def delete_node(self, name):
+        """Delete a Node; returns False when it was already gone."""
+        try:
+            self.call("delete node %s" % name, self.core.delete_node, name)
+            return True
+        except K8sError as err:
+            if err.not_found:
+                return False
+            raise
+
+    # -- pods --------------------------------------------------------------------------
+    def list_pods(self, namespace=None, label_selector=None, field_selector=None):
+        kw = _selectors(label_selector, field_selector)
+        if namespace:
+            return self.call("list pods in %s" % namespace, self.core.list_namespaced_pod,
+                             namespace, **kw).get("items", [])
+        return self.call("list pods", self.core.list_pod_for_all_namespaces, **kw).get("items", [])
+
+    def pods_on_node(self, node):
+        return self.list_pods(field_selector="spec.nodeName=%s" % node)
+
+    def delete_pod(self, namespace, name, grace_period_seconds=None):
+        kw = {}
+        if grace_period_seconds is not None:
+            kw["grace_period_seconds"] = grace_period_seconds
+        try:
+            self.call("delete pod %s/%s" % (namespace, name), self.core.delete_namespaced_pod,
+                      name, namespace, **kw)
+            return True
+        except K8sError as err:
+            if err.not_found:
+                return False
+            raise
+
+    def evict_pod(self, namespace, name):
+        """Evict through the eviction API. Returns 'evicted', 'gone' or 'blocked' (429: a PDB)."""
+        body = {"apiVersion": "policy/v1", "kind": "Eviction",
+                "metadata": {"name": name, "namespace": namespace}}
+        try:
+            # A 429 here is the PDB's answer, not back-pressure: hand it to the caller.
+            self.call("evict pod %s/%s" % (namespace, name),
+                      self.core.create_namespaced_pod_eviction, name, namespace, body,
+                      retry_statuses=RETRY_STATUSES - {429})
+            return "evicted", None
+        except K8sError as err:
+            if err.not_found:
+                return "gone", None
+            if err.status == 429:
+                return "blocked", err.message
+            raise
+
+    def pod_log(self, namespace, name):
+        resp = self.core.read_namespaced_pod_log(name, namespace, _preload_content=False,
+                                                 _request_timeout=self.timeout)
+        self.calls += 1
+        return resp.data.decode("utf-8", "replace")
+
+    # -- jobs --------------------------------------------------------------------------
+    def create_job(self, namespace, body):
+        return self.call("create job %s/%s" % (namespace, body["metadata"].get("name")),
+                         self.batch.create_namespaced_job, namespace, body)
+
+    def get_job(self, namespace, name):
+        try:
+            return self.call("get job %s/%s" % (namespace, name), self.batch.read_namespaced_job,
+                             name, namespace)
+        except K8sError as err:
+            if err.not_found:
+                return None
+            raise
+
+    def list_jobs(self, namespace=None, label_selector=None):
+        kw = _selectors(label_selector, None)
+        if namespace:
+            return self.call("list jobs in %s" % namespace, self.batch.list_namespaced_job,
+                             namespace, **kw).get("items", [])
+        return self.call("list jobs", self.batch.list_job_for_all_namespaces, **kw).get("items", [])
+
+    def patch_job(self, namespace, name, patch, patch_type="merge"):
+        return self.call("patch job %s/%s" % (namespace, name), self.batch.patch_namespaced_job,
+                         name, namespace, patch, _content_type=PATCH_TYPES[patch_type])
+
+    def delete_job(self, namespace, name, propagation="Background"):
+        try:
+            self.call("delete job %s/%s" % (namespace, name), self.batch.delete_namespaced_job,
+                      name, namespace, propagation_policy=propagation)
+            return True
+        except K8sError as err:
+            if err.not_found:
+                return False
+            raise
+
+    # -- namespaces and secrets --------------------------------------------------------
+    def ensure_namespace(self, name):
+        try:
+            self.call("create namespace %s" % name, self.core.create_namespace,
+                      {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+            return True
+        except K8sError as err:
+            if err.conflict:
+                return False
+            raise
+
+    def get_secret(self, namespace, name):
+        try:
+            return self.call("get secret %s/%s" % (namespace, name), self.core.read_namespaced_secret,
+                             name, namespace)
+        except K8sError as err:
+            if err.not_found:
+                return None
+            raise
+
+    def create_secret(self, namespace, body):
+        return self.call("create secret %s/%s" % (namespace, body["metadata"]["name"]),
+                         self.core.create_namespaced_secret, namespace, body)
+
+    def delete_secret(self, namespace, name):
+        try:
+            self.call("delete secret %s/%s" % (namespace, name), self.core.delete_namespaced_secret,
+                      name, namespace)
+            return True
+        except K8sError as err:
+            if err.not_found:
+                return False
+            raise
+
+    def list_pdbs(self, namespace=None):
+        if namespace:
+            return self.call("list poddisruptionbudgets in %s" % namespace,
+                             self.policy.list_namespaced_pod_disruption_budget, namespace).get("items", [])
+        return self.call("list poddisruptionbudgets",
+                         self.policy.list_pod_disruption_budget_for_all_namespaces).get("items", [])
+
+
+PATCH_TYPES = {
+    "strategic": "application/strategic-merge-patch+json",
+    "merge": "application/merge-patch+json",
+    "json": "application/json-patch+json",
+}
+
+
+def _selectors(label_selector, field_selector):
+    kw = {}
+    if label_selector:
+        kw["label_selector"] = label_selector
+    if field_selector:
+        kw["field_selector"] = field_selector
+    return kw
+
+
+def auth_params(params):
+    """The shared auth options picked out of a module's params."""
+    return dict((k, params.get(k)) for k in AUTH_KEYS)
+
+
+def node_ready(node):
+    """'True', 'False' or 'Unknown' from the Node's Ready condition ('Unknown' when absent)."""
+    for cond in (node.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == "Ready":
+            return cond.get("status") or "Unknown"
+    return "Unknown"
+
+
+def node_summary(node):
+    """The few facts about a Node that records and reports use."""
+    meta = node.get("metadata") or {}
+    status = node.get("status") or {}
+    spec = node.get("spec") or {}
+    info = status.get("nodeInfo") or {}
+    return {
+        "name": meta.get("name"),
+        "ready": node_ready(node),
+        "unschedulable": bool(spec.get("unschedulable")),
+        "labels": meta.get("labels") or {},
+        "taints": spec.get("taints") or [],
+        "gpu_capacity": _int((status.get("capacity") or {}).get("nvidia.com/gpu")),
+        "gpu_allocatable": _int((status.get("allocatable") or {}).get("nvidia.com/gpu")),
+        "kubelet_version": info.get("kubeletVersion"),
+        "os_image": info.get("osImage"),
+        "kernel_version": info.get("kernelVersion"),
+    }
+
+
+def _int(value):
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return 0

@@ -1,0 +1,125 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: hybridgpu.fleet contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: k8s_node_info
+short_description: List the Nodes of a cluster with their GPU capacity and readiness
+version_added: 0.1.0
+description:
+  - Reads Nodes through the Kubernetes API with one list call and returns, per Node, its
+    readiness, schedulability, labels, taints, GPU capacity and versions.
+  - Read-only; runs the same in check mode.
+extends_documentation_fragment:
+  - hybridgpu.fleet.k8s_auth
+options:
+  name:
+    description:
+      - Only this Node. Returns an empty list when it does not exist.
+    type: str
+  label_selector:
+    description:
+      - Label selector, for example C(hybridgpu.io/side=owned).
+    type: str
+attributes:
+  check_mode:
+    support: full
+    description: Only reads.
+  diff_mode:
+    support: none
+    description: Changes nothing, so there is nothing to diff.
+author:
+  - hybridgpu.fleet maintainers
+"""
+
+EXAMPLES = r"""
+- name: Nodes of the on-prem cluster
+  hybridgpu.fleet.k8s_node_info:
+    kubeconfig: /etc/hybridgpu/kubeconfig
+    context: onprem
+  register: onprem_nodes
+
+- name: Owned GPU nodes only
+  hybridgpu.fleet.k8s_node_info:
+    context: onprem
+    label_selector: hybridgpu.io/side=owned
+"""
+
+RETURN = r"""
+nodes:
+  description: One entry per Node, sorted by name.
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    name:
+      description: Node name.
+      type: str
+    ready:
+      description: Status of the Ready condition, C(True), C(False) or C(Unknown).
+      type: str
+    unschedulable:
+      description: Whether the Node is cordoned.
+      type: bool
+    labels:
+      description: Node labels.
+      type: dict
+    taints:
+      description: Node taints.
+      type: list
+      elements: dict
+    gpu_capacity:
+      description: C(nvidia.com/gpu) capacity, 0 when absent.
+      type: int
+    gpu_allocatable:
+      description: C(nvidia.com/gpu) allocatable, 0 when absent.
+      type: int
+    kubelet_version:
+      description: Kubelet (or agent) version the Node reports.
+      type: str
+    os_image:
+      description: OS image the Node reports.
+      type: str
+    kernel_version:
+      description: Kernel the Node reports.
+      type: str
+server_version:
+  description: The API server's C(gitVersion).
+  returned: always
+  type: str
+  sample: v1.30.4
+"""
+
+from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.k8s import (
+    HAS_K8S,
+    K8S_AUTH_ARG_SPEC,
+    K8sError,
+    Kube,
+    node_summary,
+)
+
+
+def main():
+    spec = dict(K8S_AUTH_ARG_SPEC)
+    spec.update(name=dict(type="str"), label_selector=dict(type="str"))
+    module = AnsibleModule(argument_spec=spec, supports_check_mode=True)
+    if not HAS_K8S:
+        module.fail_json(msg=missing_required_lib("kubernetes"))
+    try:
+        kube = Kube(module.params)
+        field = "metadata.name=%s" % module.params["name"] if module.params["name"] else None
+        nodes = kube.list_nodes(label_selector=module.params["label_selector"], field_selector=field)
+        version = kube.server_version().get("gitVersion")
+    except K8sError as err:
+        module.fail_json(msg="Cannot list Nodes (context %s): %s" % (module.params["context"], err))
+    result = sorted((node_summary(n) for n in nodes), key=lambda n: n["name"] or "")
+    module.exit_json(changed=False, nodes=result, server_version=version)
+
+
+if __name__ == "__main__":
+    main()
