@@ -1,0 +1,1 @@
+"""Code behind `tests/lab/lab`: builds, starts, checks and removes the embedded lab (stdlib only)."""

@@ -1,0 +1,153 @@
+"""`lab up|down|status`."""
+import argparse
+import os
+import subprocess
+import sys
+import time
+
+from . import config, host, image, inventory, k8s, nodes, packages
+from .util import LabError, log, run
+
+
+def up(args):
+    t0 = time.monotonic()
+    steps = []
+
+    def step(name, fn, *a):
+        t = time.monotonic()
+        res = fn(*a)
+        steps.append((name, time.monotonic() - t))
+        return res
+
+    os.makedirs(config.LAB_DIR, exist_ok=True)
+    step("host prerequisites", host.ensure_host)
+    ref, built = step("node image", image.ensure_images)
+    step("ssh key", nodes.ensure_ssh_key)
+    nodes.write_ssh_config()
+    step("network", nodes.ensure_network)
+    repo_changed = False
+    if not args.no_packages:
+        repo_changed = step("apt repository", packages.ensure_repo)
+    states = {}
+
+    def start_all():
+        for n in config.NODES:
+            states[n["name"]] = nodes.ensure_node(n, ref)
+        for n in config.NODES:
+            nodes.wait_booted(n)
+    step("nodes", start_all)
+    step("inventory", inventory.write)
+    if not args.no_packages:
+        step("node packages", lambda: [packages.ensure_node_packages(n, repo_changed) for n in config.NODES])
+    if not args.no_k8s:
+        step("emulators", k8s.ensure_emulators)
+        if not args.no_packages:
+            def join():
+                cloud = [n for n in config.NODES if n["role"] == "cloud"]
+                for n in cloud:
+                    k8s.join_node(n)
+                for n in cloud:
+                    run_wait_ready(n)
+            step("cloud join", join)
+    total = time.monotonic() - t0
+    created = sum(1 for s in states.values() if s != "ok")
+    kind = "cold" if (built or created) else "warm"
+    for name, secs in steps:
+        log("  %-20s %6.1fs" % (name, secs))
+    log("lab up done in %.1fs (%s: image %s, %d/%d nodes created or started)" % (
+        total, kind, "built" if built else "cached", created, len(config.NODES)))
+    log("inventory: %s   ssh: ssh -F %s owned-a100-1" % (config.INVENTORY, config.path("ssh", "config")))
+    return 0
+
+
+def run_wait_ready(node):
+    from .util import wait_for
+    wait_for("Node %s Ready in the cloud emulator" % node["name"],
+             lambda: k8s.node_ready("cloud", node["name"]), 60, interval=1)
+
+
+def down(args):
+    t0 = time.monotonic()
+    for cluster in config.CLUSTERS:
+        pid = k8s.stop_emulator(cluster)
+        if pid:
+            log("stopped %s emulator (pid %d)" % (cluster, pid))
+    names = nodes.remove_nodes()
+    if names:
+        log("removed containers: " + " ".join(names))
+    if nodes.network_exists():
+        nodes.remove_network()
+        log("removed network " + config.NETWORK)
+    # Per-run state goes; keys, PKI and cached images stay unless --purge.
+    import shutil
+    for sub in ("nodes",):
+        shutil.rmtree(config.path(sub), ignore_errors=True)
+    for cluster in config.CLUSTERS:
+        for f in ("emulator.pid",):
+            p = os.path.join(k8s.cluster_dir(cluster), f)
+            if os.path.exists(p):
+                os.unlink(p)
+    if os.path.exists(config.INVENTORY):
+        os.unlink(config.INVENTORY)
+    if args.purge:
+        image.remove_images()
+        from .util import safe_rmtree
+        safe_rmtree(config.LAB_DIR)
+        log("purged images and " + config.LAB_DIR)
+    log("lab down done in %.1fs" % (time.monotonic() - t0))
+    return 0
+
+
+def status(args):
+    ok = True
+    print("network %s: %s" % (config.NETWORK, "present" if nodes.network_exists() else "absent"))
+    print("nodes:")
+    for n in config.NODES:
+        info = nodes.inspect(n["name"])
+        if info is None:
+            print("  %-14s %-14s absent" % (n["name"], n["ip"]))
+            ok = False
+            continue
+        running = info["State"]["Running"]
+        ssh = nodes.ssh_ok(n) if running else False
+        ok = ok and running and ssh
+        print("  %-14s %-14s %-8s ssh %s" % (n["name"], n["ip"], "running" if running else "stopped",
+                                             "ok" if ssh else "FAIL"))
+    print("emulators:")
+    for cluster in config.CLUSTERS:
+        pid = k8s.running_pid(cluster)
+        reach = bool(pid) and k8s.reachable(cluster)
+        ok = ok and reach
+        print("  %-7s %-26s pid %-7s %s" % (cluster, config.api_url(cluster), pid or "-",
+                                           "reachable" if reach else "NOT reachable"))
+        if reach:
+            try:
+                listed = k8s.list_nodes(cluster)
+            except LabError as exc:
+                print("    nodes: error: %s" % exc)
+                continue
+            if not listed:
+                print("    (no Nodes)")
+            for name, ready in listed:
+                print("    Node %-14s Ready=%s" % (name, ready))
+    return 0 if ok else 1
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(prog="lab", description="The hybridgpu embedded lab (docs/lab-design.md).")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    u = sub.add_parser("up", help="build/start everything (idempotent)")
+    u.add_argument("--no-packages", action="store_true", help="skip the apt repository and node packages")
+    u.add_argument("--no-k8s", action="store_true", help="skip the Kubernetes emulators and cloud join")
+    d = sub.add_parser("down", help="remove containers, network and emulator processes")
+    d.add_argument("--purge", action="store_true", help="also remove cached images and the whole lab dir")
+    sub.add_parser("status", help="show nodes, emulators and Node readiness")
+    args = p.parse_args(argv)
+    if os.geteuid() != 0:
+        print("lab: must run as root (rootful podman, apt)", file=sys.stderr)
+        return 2
+    try:
+        return {"up": up, "down": down, "status": status}[args.cmd](args)
+    except LabError as exc:
+        print("[lab] ERROR: %s" % exc, file=sys.stderr, flush=True)
+        return 1

@@ -1,0 +1,76 @@
+"""Lab layout: paths, nodes, matrix rows and clusters (see docs/lab-design.md)."""
+import os
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+LAB_SRC = os.path.dirname(HERE)                      # tests/lab
+ROOT = os.path.dirname(os.path.dirname(LAB_SRC))     # repo root
+LAB_DIR = os.path.abspath(os.environ.get("HGPU_LAB_DIR", os.path.join(ROOT, ".lab")))
+IMAGE_SRC = os.path.join(LAB_SRC, "image")
+INVENTORY = os.path.join(ROOT, "inventories", "lab", "hosts.yml")
+
+NETWORK = "hgpu-lab"
+SUBNET = "10.213.77.0/24"
+BRIDGE_IP = "10.213.77.1"
+SUITE = "bookworm"
+MIRROR = "http://deb.debian.org/debian"
+BASE_IMAGE = "localhost/hgpu-lab-base"
+NODE_IMAGE = "localhost/hgpu-lab-node"
+LABEL = "io.hybridgpu.lab=1"
+
+# Matrix rows: what the GPU stand-ins report and which driver branch a node gets.
+ROWS = {
+    "a100-535": {
+        "driver": "nvidia-driver-535",
+        "node_group": "ng_a100_535",
+        "spec": {"model": "NVIDIA A100-SXM4-80GB", "count": 8, "memory_mib": 81920,
+                 "pci_base": "00000000:10:00.0", "mig": "Disabled", "compute_cap": "8.0",
+                 "power_limit_w": 400,
+                 "nccl": {"busbw_gbps": 230.0, "algbw_ratio": 0.5714, "latency_us": 25.0}},
+    },
+    "l40s-550": {
+        "driver": "nvidia-driver-550",
+        "node_group": "ng_l40s_550",
+        "spec": {"model": "NVIDIA L40S", "count": 4, "memory_mib": 46068,
+                 "pci_base": "00000000:41:00.0", "mig": "N/A", "compute_cap": "8.9",
+                 "power_limit_w": 350,
+                 "nccl": {"busbw_gbps": 21.0, "algbw_ratio": 0.6667, "latency_us": 40.0}},
+    },
+    "cloud-h200": {
+        "driver": "nvidia-driver-570",
+        "node_group": "ng_cloud_h200",
+        "spec": {"model": "NVIDIA H200", "count": 8, "memory_mib": 143771,
+                 "pci_base": "00000000:19:00.0", "mig": "Disabled", "compute_cap": "9.0",
+                 "power_limit_w": 700,
+                 "nccl": {"busbw_gbps": 370.0, "algbw_ratio": 0.5714, "latency_us": 20.0}},
+    },
+}
+
+NODES = [
+    {"name": "owned-a100-1", "role": "owned", "row": "a100-535", "ip": "10.213.77.11"},
+    {"name": "owned-a100-2", "role": "owned", "row": "a100-535", "ip": "10.213.77.12"},
+    {"name": "owned-l40s-1", "role": "owned", "row": "l40s-550", "ip": "10.213.77.13"},
+    {"name": "cloud-h200-1", "role": "cloud", "row": "cloud-h200", "ip": "10.213.77.21"},
+    {"name": "cloud-h200-2", "role": "cloud", "row": "cloud-h200", "ip": "10.213.77.22"},
+]
+
+CLUSTERS = {
+    "onprem": {"port": 6443, "version": "v1.30.4"},
+    "cloud": {"port": 7443, "version": "v1.30.4"},
+}
+
+
+def path(*parts):
+    """A path under the lab state directory."""
+    return os.path.join(LAB_DIR, *parts)
+
+
+def api_url(cluster):
+    return "https://%s:%d" % (BRIDGE_IP, CLUSTERS[cluster]["port"])
+
+
+def gpu_spec(node):
+    """The initial gpu-spec.json document of a node."""
+    spec = dict(ROWS[node["row"]]["spec"])
+    spec["uuid_seed"] = node["name"]
+    spec["faults"] = {"xid": [], "hide_gpus": 0, "nccl_wrong": 0, "nccl_busbw_factor": 1.0}
+    return spec

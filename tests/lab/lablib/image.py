@@ -1,0 +1,86 @@
+"""Node image: debootstrap rootfs -> `podman import` base -> `podman build` node image.
+Each image is tagged with a hash of its inputs, so an unchanged tree is never rebuilt."""
+import os
+import shutil
+import subprocess
+
+from . import config
+from .util import hash_files, log, run, safe_rmtree
+
+
+def _packages():
+    with open(os.path.join(config.IMAGE_SRC, "packages.txt")) as fh:
+        return [ln.strip() for ln in fh if ln.strip() and not ln.startswith("#")]
+
+
+def base_key():
+    extra = ("%s|minbase|%s|" % (config.SUITE, config.MIRROR)).encode()
+    return hash_files([os.path.join(config.IMAGE_SRC, "packages.txt")], extra)
+
+
+def node_key():
+    return hash_files([config.IMAGE_SRC], base_key().encode())
+
+
+def base_ref():
+    return "%s:%s" % (config.BASE_IMAGE, base_key())
+
+
+def node_ref():
+    return "%s:%s" % (config.NODE_IMAGE, node_key())
+
+
+def image_exists(ref):
+    return run(["podman", "image", "exists", ref], check=False).returncode == 0
+
+
+def _rootfs_tar():
+    """Return the cached rootfs tarball, making it with debootstrap when absent."""
+    cache = config.path("cache")
+    os.makedirs(cache, exist_ok=True)
+    tar = os.path.join(cache, "rootfs-%s.tar" % base_key())
+    if os.path.exists(tar):
+        return tar
+    rootfs = os.path.join(cache, "rootfs-%s.d" % base_key())
+    safe_rmtree(rootfs)
+    log("debootstrap %s (minbase + %d packages) ..." % (config.SUITE, len(_packages())))
+    run(["debootstrap", "--variant=minbase", "--include=" + ",".join(_packages()),
+         config.SUITE, rootfs, config.MIRROR], timeout=1800)
+    # Package caches and lists are not needed in the image.
+    for sub in ("var/cache/apt/archives", "var/lib/apt/lists"):
+        d = os.path.join(rootfs, sub)
+        for f in os.listdir(d):
+            p = os.path.join(d, f)
+            if os.path.isfile(p) and f.endswith((".deb", "_Packages", "_InRelease", "_Release")):
+                os.unlink(p)
+    tmp = tar + ".tmp"
+    run(["tar", "--numeric-owner", "--xattrs", "-C", rootfs, "-cf", tmp, "."], timeout=600)
+    os.replace(tmp, tar)
+    safe_rmtree(rootfs)
+    return tar
+
+
+def ensure_images():
+    """Make sure the node image exists; return (ref, built: bool)."""
+    ref = node_ref()
+    if image_exists(ref):
+        return ref, False
+    base = base_ref()
+    if not image_exists(base):
+        tar = _rootfs_tar()
+        log("importing base image " + base)
+        run(["podman", "import", tar, base], timeout=600)
+    log("building node image " + ref)
+    run(["podman", "build", "--network", "none", "--build-arg", "BASE=" + base,
+         "--label", config.LABEL, "-t", ref, "-f",
+         os.path.join(config.IMAGE_SRC, "Containerfile"), config.IMAGE_SRC], timeout=600)
+    return ref, True
+
+
+def remove_images():
+    """Remove every lab image and the rootfs cache (`lab down --purge`)."""
+    for repo in (config.NODE_IMAGE, config.BASE_IMAGE):
+        res = run(["podman", "images", "--format", "{{.Repository}}:{{.Tag}}", repo], check=False)
+        for ref in res.stdout.split():
+            run(["podman", "rmi", "-f", ref], check=False)
+    safe_rmtree(config.path("cache"))

@@ -1,0 +1,325 @@
+"""The two Kubernetes API emulators: PKI, tokens, kubeconfigs, processes, and the cloud
+nodes' credentials (a kube-system Secret per node, filled in by the emulator)."""
+import base64
+import importlib
+import json
+import os
+import secrets
+import signal
+import ssl
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+
+from . import config
+from .util import LabError, log, run, wait_for, write_if_changed
+
+AGENT_DIR = "/etc/hybridgpu/node-agent"
+
+
+def _labpki():
+    if config.LAB_SRC not in sys.path:
+        sys.path.insert(0, config.LAB_SRC)
+    return importlib.import_module("labpki")
+
+
+def python():
+    """The emulator runs with the repo venv when there is one."""
+    venv = os.path.join(config.ROOT, ".venv", "bin", "python")
+    return venv if os.path.exists(venv) else sys.executable
+
+
+def ca_path():
+    return config.path("pki", "ca.crt")
+
+
+def cluster_dir(cluster):
+    return config.path("k8s", cluster)
+
+
+# ---- PKI, tokens and kubeconfigs -------------------------------------------------
+
+def ensure_pki():
+    pki = _labpki()
+    ca_dir = config.path("pki")
+    if not os.path.exists(ca_path()):
+        log("making lab CA in " + ca_dir)
+        pki.make_ca(ca_dir)
+    sans = [config.BRIDGE_IP, "127.0.0.1", "localhost"]
+    for cluster in config.CLUSTERS:
+        d = cluster_dir(cluster)
+        os.makedirs(d, exist_ok=True)
+        if not _server_cert(cluster):
+            pki.make_server_cert(ca_dir, d, sans)
+            if not _server_cert(cluster):
+                raise LabError("labpki.make_server_cert wrote no cert/key pair in " + d)
+
+
+def _server_cert(cluster):
+    """(cert, key) written by labpki in the cluster dir, or None."""
+    d = cluster_dir(cluster)
+    for cert, key in (("server.crt", "server.key"), ("tls.crt", "tls.key"),
+                      ("apiserver.crt", "apiserver.key")):
+        c, k = os.path.join(d, cert), os.path.join(d, key)
+        if os.path.exists(c) and os.path.exists(k):
+            return c, k
+    return None
+
+
+def _read_tokens(path):
+    tokens = {}
+    try:
+        with open(path) as fh:
+            for line in fh:
+                parts = line.strip().split(",", 3)
+                if len(parts) >= 2:
+                    tokens[parts[1]] = parts[0]
+    except FileNotFoundError:
+        pass
+    return tokens
+
+
+def tokens(cluster):
+    """{user: token} from the cluster's tokens.csv."""
+    return _read_tokens(os.path.join(cluster_dir(cluster), "tokens.csv"))
+
+
+def ensure_tokens(cluster):
+    path = os.path.join(cluster_dir(cluster), "tokens.csv")
+    have = _read_tokens(path)
+    if "admin" in have and "test-member" in have:
+        return
+    admin = have.get("admin") or secrets.token_hex(24)
+    member = have.get("test-member") or secrets.token_hex(24)
+    text = ('%s,admin,uid-admin,"system:masters"\n'
+            '%s,test-member,uid-test-member,"hybridgpu:test-members"\n') % (admin, member)
+    write_if_changed(path, text, 0o600)
+
+
+def ensure_kubeconfigs():
+    pki = _labpki()
+    both = []
+    for cluster in config.CLUSTERS:
+        tok = tokens(cluster)
+        entry = (cluster, config.api_url(cluster), ca_path(), tok["admin"])
+        both.append(entry)
+        pki.write_kubeconfig(os.path.join(cluster_dir(cluster), "admin.kubeconfig"), clusters=[entry])
+        pki.write_kubeconfig(os.path.join(cluster_dir(cluster), "test-member.kubeconfig"),
+                             clusters=[(cluster, config.api_url(cluster), ca_path(), tok["test-member"])])
+    pki.write_kubeconfig(config.path("k8s", "kubeconfig"), clusters=both)
+
+
+# ---- HTTP ------------------------------------------------------------------------
+
+def _ctx():
+    return ssl.create_default_context(cafile=ca_path())
+
+
+def api(cluster, method, path, token=None, body=None, timeout=5, host=None):
+    """One request to an emulator; returns (status, parsed JSON or text)."""
+    url = "https://%s:%d%s" % (host or config.BRIDGE_IP, config.CLUSTERS[cluster]["port"], path)
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(url, data=data, method=method)
+    req.add_header("Authorization", "Bearer " + (token or tokens(cluster)["admin"]))
+    req.add_header("Accept", "application/json")
+    if data is not None:
+        req.add_header("Content-Type", "application/json")
+    try:
+        with urllib.request.urlopen(req, context=_ctx(), timeout=timeout) as resp:
+            status, raw = resp.status, resp.read()
+    except urllib.error.HTTPError as exc:
+        status, raw = exc.code, exc.read()
+    try:
+        return status, json.loads(raw)
+    except ValueError:
+        return status, raw.decode(errors="replace")
+
+
+# ---- processes -------------------------------------------------------------------
+
+def pidfile(cluster):
+    return os.path.join(cluster_dir(cluster), "emulator.pid")
+
+
+def running_pid(cluster):
+    """The emulator's pid when its pidfile names a live k8s_emulator process."""
+    try:
+        with open(pidfile(cluster)) as fh:
+            pid = int(fh.read().strip())
+        with open("/proc/%d/cmdline" % pid, "rb") as fh:
+            cmd = fh.read().split(b"\0")
+    except (OSError, ValueError):
+        return None
+    if b"k8s_emulator" in cmd and cluster.encode() in cmd:
+        return pid
+    return None
+
+
+def reachable(cluster, host=None):
+    try:
+        status, body = api(cluster, "GET", "/version", timeout=3, host=host)
+        return status == 200 and isinstance(body, dict)
+    except (OSError, ssl.SSLError):
+        return False
+
+
+def start_emulator(cluster):
+    if running_pid(cluster):
+        return False
+    d = cluster_dir(cluster)
+    cert, key = _server_cert(cluster)
+    cmd = [python(), "-m", "k8s_emulator", "--cluster", cluster,
+           "--bind", config.BRIDGE_IP, "--bind", "127.0.0.1",
+           "--port", str(config.CLUSTERS[cluster]["port"]),
+           "--cert", cert, "--key", key,
+           "--token-file", os.path.join(d, "tokens.csv"),
+           "--node-grace", os.environ.get("HGPU_LAB_NODE_GRACE", "20"),
+           "--log-file", os.path.join(d, "emulator.log")]
+    env = dict(os.environ, PYTHONPATH=config.LAB_SRC)
+    log("starting %s emulator on %s" % (cluster, config.api_url(cluster)))
+    out = open(os.path.join(d, "emulator.out"), "ab")
+    proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT,
+                            stdin=subprocess.DEVNULL, start_new_session=True, cwd=config.LAB_SRC)
+    out.close()
+    with open(pidfile(cluster), "w") as fh:
+        fh.write("%d\n" % proc.pid)
+
+    def up():
+        if proc.poll() is not None:
+            raise LabError("%s emulator exited with %s; see %s" % (
+                cluster, proc.returncode, os.path.join(d, "emulator.out")))
+        return reachable(cluster)
+    try:
+        wait_for("%s emulator at %s" % (cluster, config.api_url(cluster)), up, 30)
+    except LabError:
+        stop_emulator(cluster)
+        raise
+    return True
+
+
+def stop_emulator(cluster):
+    pid = running_pid(cluster)
+    if pid:
+        try:
+            os.killpg(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and os.path.exists("/proc/%d" % pid):
+            try:
+                os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                pass
+            time.sleep(0.1)
+        if os.path.exists("/proc/%d" % pid):
+            os.killpg(pid, signal.SIGKILL)
+    try:
+        os.unlink(pidfile(cluster))
+    except FileNotFoundError:
+        pass
+    return pid
+
+
+def ensure_emulators():
+    ensure_pki()
+    for cluster in config.CLUSTERS:
+        ensure_tokens(cluster)
+    ensure_kubeconfigs()
+    started = []
+    for cluster in config.CLUSTERS:
+        if start_emulator(cluster):
+            started.append(cluster)
+    return started
+
+
+# ---- cloud node credentials ------------------------------------------------------
+
+def node_ready(cluster, name):
+    status, body = api(cluster, "GET", "/api/v1/nodes/" + name)
+    if status != 200:
+        return False
+    for cond in body.get("status", {}).get("conditions", []):
+        if cond.get("type") == "Ready":
+            return cond.get("status") == "True"
+    return False
+
+
+def list_nodes(cluster):
+    status, body = api(cluster, "GET", "/api/v1/nodes")
+    if status != 200:
+        raise LabError("listing nodes on %s: HTTP %s %s" % (cluster, status, body))
+    out = []
+    for item in body.get("items", []):
+        ready = "Unknown"
+        for cond in item.get("status", {}).get("conditions", []):
+            if cond.get("type") == "Ready":
+                ready = cond.get("status")
+        out.append((item["metadata"]["name"], ready))
+    return out
+
+
+def node_token(cluster, name):
+    """Create (if absent) the node's credential Secret and return its token."""
+    secret = "node-%s-token" % name
+    path = "/api/v1/namespaces/kube-system/secrets"
+    status, body = api(cluster, "GET", path + "/" + secret)
+    if status == 404:
+        manifest = {
+            "apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/service-account-token",
+            "metadata": {"name": secret, "namespace": "kube-system", "annotations": {
+                "kubernetes.io/service-account.name": "node-" + name,
+                "hybridgpu.io/node-name": name}}}
+        status, body = api(cluster, "POST", path, body=manifest)
+        if status not in (200, 201, 409):
+            raise LabError("creating Secret kube-system/%s on %s: HTTP %s %s" % (secret, cluster, status, body))
+
+    def filled():
+        st, b = api(cluster, "GET", path + "/" + secret)
+        tok = (b.get("data") or {}).get("token") if st == 200 else None
+        return base64.b64decode(tok).decode() if tok else None
+    return wait_for("the emulator to fill kube-system/%s" % secret, filled, 20)
+
+
+def agent_kubeconfig(cluster, name, token):
+    with open(ca_path(), "rb") as fh:
+        ca_b64 = base64.b64encode(fh.read()).decode()
+    user = "system:node:" + name
+    doc = {
+        "apiVersion": "v1", "kind": "Config", "current-context": cluster,
+        "clusters": [{"name": cluster, "cluster": {
+            "server": config.api_url(cluster), "certificate-authority-data": ca_b64}}],
+        "users": [{"name": user, "user": {"token": token}}],
+        "contexts": [{"name": cluster, "context": {"cluster": cluster, "user": user}}],
+    }
+    # JSON is YAML: any kubeconfig reader accepts it.
+    return json.dumps(doc, indent=2) + "\n"
+
+
+def join_node(node, cluster="cloud"):
+    """Give a node its credential and start its agent. Returns True when something changed."""
+    name = node["name"]
+    current = run(["podman", "exec", name, "cat", AGENT_DIR + "/kubeconfig"], check=False).stdout
+    active = run(["podman", "exec", name, "systemctl", "is-active", "hybridgpu-node-agent"],
+                 check=False).stdout.strip() == "active"
+    if current and active:
+        try:
+            tok = json.loads(current)["users"][0]["user"]["token"]
+            st, _ = api(cluster, "GET", "/api/v1/nodes/" + name, token=tok)
+            if st in (200, 404):  # token accepted
+                return False
+        except (ValueError, KeyError, IndexError):
+            pass
+    token = node_token(cluster, name)
+    text = agent_kubeconfig(cluster, name, token)
+    tmp = config.path("nodes", name, "agent.kubeconfig.tmp")
+    write_if_changed(tmp, text, 0o600)
+    run(["podman", "exec", name, "mkdir", "-p", AGENT_DIR])
+    run(["podman", "cp", tmp, "%s:%s/kubeconfig" % (name, AGENT_DIR)])
+    os.unlink(tmp)
+    run(["podman", "exec", name, "chmod", "600", AGENT_DIR + "/kubeconfig"])
+    run(["podman", "exec", name, "systemctl", "enable", "hybridgpu-node-agent.service"])
+    run(["podman", "exec", name, "systemctl", "restart", "hybridgpu-node-agent.service"])
+    log("%s joined the %s cluster" % (name, cluster))
+    return True

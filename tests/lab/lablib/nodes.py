@@ -1,0 +1,164 @@
+"""Network, SSH key and node containers."""
+import json
+import os
+import time
+
+from . import config
+from .util import LabError, log, run, wait_for, write_if_changed
+
+SSH_OPTS = ["-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=no",
+            "-o", "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR",
+            "-o", "ConnectTimeout=5", "-o", "ControlMaster=no"]
+
+
+def key_path():
+    return config.path("ssh", "id_ed25519")
+
+
+def ensure_ssh_key():
+    key = key_path()
+    if os.path.exists(key) and os.path.exists(key + ".pub"):
+        return False
+    os.makedirs(os.path.dirname(key), mode=0o700, exist_ok=True)
+    for p in (key, key + ".pub"):
+        if os.path.exists(p):
+            os.unlink(p)
+    run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "hybridgpu-lab", "-f", key])
+    return True
+
+
+def write_ssh_config():
+    """.lab/ssh/config, so a person can `ssh -F .lab/ssh/config owned-a100-1`."""
+    lines = []
+    for n in config.NODES:
+        lines += ["Host %s" % n["name"], "  HostName %s" % n["ip"], "  User root",
+                  "  IdentityFile %s" % key_path(), "  IdentitiesOnly yes",
+                  "  StrictHostKeyChecking no", "  UserKnownHostsFile /dev/null",
+                  "  LogLevel ERROR", ""]
+    write_if_changed(config.path("ssh", "config"), "\n".join(lines), 0o600)
+
+
+def ssh_cmd(node, *cmd):
+    return ["ssh", "-i", key_path(), *SSH_OPTS, "root@" + node["ip"], *cmd]
+
+
+def ssh_ok(node, timeout=10):
+    try:
+        return run(ssh_cmd(node, "true"), check=False, timeout=timeout).returncode == 0
+    except LabError:
+        return False
+
+
+def network_exists():
+    return run(["podman", "network", "exists", config.NETWORK], check=False).returncode == 0
+
+
+def ensure_network():
+    if network_exists():
+        info = json.loads(run(["podman", "network", "inspect", config.NETWORK]).stdout)[0]
+        subnets = [s.get("subnet") for s in info.get("subnets", [])]
+        if config.SUBNET not in subnets:
+            raise LabError("podman network %s exists with subnets %s, expected %s; "
+                           "run `tests/lab/lab down` first" % (config.NETWORK, subnets, config.SUBNET))
+        return False
+    log("creating podman network %s (%s)" % (config.NETWORK, config.SUBNET))
+    run(["podman", "network", "create", "--subnet", config.SUBNET, "--gateway", config.BRIDGE_IP,
+         "--label", config.LABEL, config.NETWORK])
+    return True
+
+
+def remove_network():
+    if network_exists():
+        run(["podman", "network", "rm", "-f", config.NETWORK], check=False)
+
+
+def inspect(name):
+    res = run(["podman", "container", "inspect", name], check=False)
+    if res.returncode != 0:
+        return None
+    return json.loads(res.stdout)[0]
+
+
+def write_gpu_spec(node):
+    """Write the node's gpu-spec.json unless present (tests change it to inject faults)."""
+    spec_path = config.path("nodes", node["name"], "gpu-spec.json")
+    if os.path.exists(spec_path):
+        return False
+    write_if_changed(spec_path, json.dumps(config.gpu_spec(node), indent=2) + "\n")
+    return True
+
+
+def create_node(node, image):
+    name = node["name"]
+    spec_dir = config.path("nodes", name)
+    apt_dir = config.path("apt")
+    os.makedirs(apt_dir, exist_ok=True)
+    run(["podman", "create", "--name", name, "--hostname", name,
+         "--network", config.NETWORK, "--ip", node["ip"],
+         "--systemd=always", "--cap-add", "NET_ADMIN", "--cap-add", "NET_RAW",
+         "--cap-add", "AUDIT_WRITE",
+         "--label", config.LABEL, "--label", "io.hybridgpu.lab.node=" + name,
+         "-v", "%s:/srv/hybridgpu-apt:ro" % apt_dir,
+         # The directory, not the file: a host-side atomic rewrite stays visible.
+         "-v", "%s:/etc/hybridgpu-lab:rw" % spec_dir,
+         image, "/sbin/init"])
+    # The lab key goes in before the first boot, so sshd accepts it from the start.
+    with open(key_path() + ".pub") as fh:
+        pub = fh.read()
+    tmp = config.path("ssh", "authorized_keys")
+    write_if_changed(tmp, pub, 0o600)
+    run(["podman", "cp", tmp, "%s:/root/.ssh/authorized_keys" % name])
+
+
+def ensure_node(node, image):
+    """Create/start a node container. Returns 'created', 'started' or 'ok'."""
+    name = node["name"]
+    write_gpu_spec(node)
+    info = inspect(name)
+    if info is not None and info["Config"].get("Labels", {}).get("io.hybridgpu.lab") != "1":
+        raise LabError("a container named %s exists but was not made by the lab; remove it" % name)
+    if info is not None and info.get("ImageName") != image:
+        log("%s runs %s, the lab image is now %s: recreating" % (name, info.get("ImageName"), image))
+        run(["podman", "rm", "-f", "-t", "5", name])
+        info = None
+    if info is None:
+        create_node(node, image)
+        run(["podman", "start", name])
+        return "created"
+    if not info["State"]["Running"]:
+        run(["podman", "start", name])
+        return "started"
+    return "ok"
+
+
+def exec_(node, *cmd, check=True, timeout=300):
+    return run(["podman", "exec", node["name"], *cmd], check=check, timeout=timeout)
+
+
+def wait_booted(node, timeout=120):
+    """Wait for systemd to finish booting; fail listing failed units when degraded."""
+    def probe():
+        res = exec_(node, "systemctl", "is-system-running", check=False, timeout=20)
+        state = res.stdout.strip()
+        if state in ("running", "degraded"):
+            return state
+        return None
+    state = wait_for("%s to boot (systemctl is-system-running)" % node["name"], probe, timeout)
+    if state == "degraded":
+        failed = exec_(node, "systemctl", "--failed", "--no-legend", "--plain", check=False).stdout
+        raise LabError("%s booted degraded; failed units:\n%s" % (node["name"], failed.strip()))
+    wait_for("sshd on %s (%s) to accept the lab key" % (node["name"], node["ip"]),
+             lambda: ssh_ok(node), 60)
+
+
+def lab_containers():
+    res = run(["podman", "ps", "-a", "--filter", "label=io.hybridgpu.lab=1",
+               "--format", "{{.Names}}"], check=False)
+    return res.stdout.split()
+
+
+def remove_nodes():
+    names = lab_containers()
+    if names:
+        run(["podman", "rm", "-f", "-t", "5", *names], check=False, timeout=300)
+    return names
