@@ -1,0 +1,51 @@
+"""Integration tests against the podman lab. A session fixture brings the lab up when it is
+not already up, and leaves it running (`tests/lab/lab down` is the CI script's job)."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+LAB_SRC = os.path.join(ROOT, "tests", "lab")
+LAB = os.path.join(LAB_SRC, "lab")
+if LAB_SRC not in sys.path:
+    sys.path.insert(0, LAB_SRC)
+
+from lablib import config  # noqa: E402
+from lablib.nodes import SSH_OPTS, key_path  # noqa: E402
+
+
+def node(name):
+    return next(n for n in config.NODES if n["name"] == name)
+
+
+def lab_cmd(*args, timeout=1200):
+    return subprocess.run([LAB, *args], capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="session")
+def lab():
+    """The running lab. `lab up` is idempotent and fast when warm, so it always runs;
+    HGPU_LAB_UP_ARGS passes extra flags (e.g. "--no-k8s")."""
+    if os.geteuid() != 0:
+        pytest.fail("the lab tests need root (rootful podman)")
+    res = lab_cmd("up", *os.environ.get("HGPU_LAB_UP_ARGS", "").split())
+    assert res.returncode == 0, "lab up failed:\n%s\n%s" % (res.stdout, res.stderr)
+    return config
+
+
+def ssh(name, command, timeout=30, check=True):
+    """Run a command on a node over SSH with the lab key, as the inventory would."""
+    n = node(name)
+    res = subprocess.run(["ssh", "-i", key_path(), *SSH_OPTS, "root@" + n["ip"], command],
+                         capture_output=True, text=True, timeout=timeout)
+    if check:
+        assert res.returncode == 0, "ssh %s %r failed (rc=%d): %s" % (
+            name, command, res.returncode, res.stderr)
+    return res
+
+
+def podman_exec(name, *cmd, timeout=30):
+    return subprocess.run(["podman", "exec", name, *cmd], capture_output=True, text=True,
+                          timeout=timeout)
