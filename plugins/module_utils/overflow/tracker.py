@@ -16,6 +16,7 @@ CREATE TABLE IF NOT EXISTS jobs (
     job_id      TEXT PRIMARY KEY,
     job_class   TEXT,
     path        TEXT,
+    spec        TEXT,
     state       TEXT NOT NULL,
     created_at  REAL NOT NULL,
     updated_at  REAL NOT NULL
@@ -92,13 +93,19 @@ class Tracker(object):
 
     # -- jobs and attempts --------------------------------------------------------------------
 
-    def ensure_job(self, job_id, job_class=None, path=None, state="queued"):
+    def ensure_job(self, job_id, job_class=None, path=None, spec=None, state="queued"):
+        """Create the job row, or fill in class, path and spec on an existing one. State is kept."""
         now = self.clock()
+        spec_text = json.dumps(spec, sort_keys=True) if spec is not None else None
         self.db.execute(
-            "INSERT INTO jobs(job_id, job_class, path, state, created_at, updated_at) VALUES (?,?,?,?,?,?) "
+            "INSERT INTO jobs(job_id, job_class, path, spec, state, created_at, updated_at) VALUES (?,?,?,?,?,?,?) "
             "ON CONFLICT(job_id) DO UPDATE SET job_class=COALESCE(excluded.job_class, jobs.job_class), "
-            "path=COALESCE(excluded.path, jobs.path)",
-            (job_id, job_class, path, state, now, now))
+            "path=COALESCE(excluded.path, jobs.path), spec=COALESCE(excluded.spec, jobs.spec)",
+            (job_id, job_class, path, spec_text, state, now, now))
+
+    def job_spec(self, job_id):
+        row = self.db.execute("SELECT spec FROM jobs WHERE job_id=?", (job_id,)).fetchone()
+        return json.loads(row[0]) if row and row[0] else None
 
     def set_job_state(self, job_id, state):
         cur = self.db.execute("UPDATE jobs SET state=?, updated_at=? WHERE job_id=?", (state, self.clock(), job_id))
