@@ -20,7 +20,7 @@ LABEL = "io.hybridgpu.lab=1"
 # Matrix rows: what the GPU stand-ins report and which driver branch a node gets.
 ROWS = {
     "a100-535": {
-        "driver": "nvidia-driver-535",
+        "driver": "nvidia-driver-535", "driver_version": "535.230.02-1",
         "node_group": "ng_a100_535",
         "spec": {"model": "NVIDIA A100-SXM4-80GB", "count": 8, "memory_mib": 81920,
                  "pci_base": "00000000:10:00.0", "mig": "Disabled", "compute_cap": "8.0",
@@ -28,7 +28,7 @@ ROWS = {
                  "nccl": {"busbw_gbps": 230.0, "algbw_ratio": 0.5714, "latency_us": 25.0}},
     },
     "l40s-550": {
-        "driver": "nvidia-driver-550",
+        "driver": "nvidia-driver-550", "driver_version": "550.163.01-1",
         "node_group": "ng_l40s_550",
         "spec": {"model": "NVIDIA L40S", "count": 4, "memory_mib": 46068,
                  "pci_base": "00000000:41:00.0", "mig": "N/A", "compute_cap": "8.9",
@@ -36,7 +36,7 @@ ROWS = {
                  "nccl": {"busbw_gbps": 21.0, "algbw_ratio": 0.6667, "latency_us": 40.0}},
     },
     "cloud-h200": {
-        "driver": "nvidia-driver-570",
+        "driver": "nvidia-driver-570", "driver_version": "570.172.08-1",
         "node_group": "ng_cloud_h200",
         "spec": {"model": "NVIDIA H200", "count": 8, "memory_mib": 143771,
                  "pci_base": "00000000:19:00.0", "mig": "Disabled", "compute_cap": "9.0",

@@ -3,35 +3,37 @@ pre-onboarding package state of each node (driver branch + nccl-tests; agent on 
 import os
 
 from . import config
-from .util import LabError, hash_files, log, run
+from .util import LabError, log, run
 
 PKG_SRC = os.path.join(config.LAB_SRC, "packages")
-STAMP = ".source-hash"
+STAMP = ".build-hash"  # written by build.py
 
 
 def ensure_repo():
-    """Build the apt repository when its sources changed. Returns True when built."""
+    """Build the apt repository (build.py skips itself when its inputs are unchanged).
+    Returns True when the repository changed."""
     build = os.path.join(PKG_SRC, "build.py")
     if not os.path.exists(build):
         raise LabError("tests/lab/packages/build.py is missing: cannot build the lab apt repository")
     out = config.path("apt")
-    key = hash_files([PKG_SRC])
-    stamp = os.path.join(out, STAMP)
-    try:
-        with open(stamp) as fh:
-            if fh.read().strip() == key and os.path.exists(os.path.join(out, "Packages")):
-                return False
-    except FileNotFoundError:
-        pass
-    log("building lab apt repository in " + out)
     os.makedirs(out, exist_ok=True)
-    # Build in place: the directory is bind-mounted into running nodes.
+    before = _read(os.path.join(out, STAMP))
+    # Built in place: the directory is bind-mounted into running nodes.
     run([os_python(), build, out], timeout=600)
     if not os.path.exists(os.path.join(out, "Packages")):
         raise LabError("tests/lab/packages/build.py wrote no Packages index in " + out)
-    with open(stamp, "w") as fh:
-        fh.write(key + "\n")
-    return True
+    changed = _read(os.path.join(out, STAMP)) != before
+    if changed:
+        log("lab apt repository built in " + out)
+    return changed
+
+
+def _read(path):
+    try:
+        with open(path) as fh:
+            return fh.read()
+    except FileNotFoundError:
+        return None
 
 
 def os_python():
@@ -40,7 +42,8 @@ def os_python():
 
 
 def wanted(node):
-    pkgs = [config.ROWS[node["row"]]["driver"], "nccl-tests"]
+    row = config.ROWS[node["row"]]
+    pkgs = [row["driver"], "nccl-tests"]
     if node["role"] == "cloud":
         pkgs.append("hybridgpu-node-agent")
     return pkgs
@@ -64,7 +67,10 @@ def ensure_node_packages(node, repo_changed=False):
         return []
     env = ["env", "DEBIAN_FRONTEND=noninteractive"]
     run(["podman", "exec", node["name"], *env, "apt-get", "update", "-q"], timeout=300)
+    row = config.ROWS[node["row"]]
+    # The driver is pinned to the branch's first release: the estate before onboarding.
+    spec = [p + "=" + row["driver_version"] if p == row["driver"] else p for p in todo]
     run(["podman", "exec", node["name"], *env, "apt-get", "install", "-y", "-q",
-         "--no-install-recommends", *todo], timeout=600)
+         "--no-install-recommends", *spec], timeout=600)
     log("%s: installed %s" % (node["name"], " ".join(todo)))
     return todo
