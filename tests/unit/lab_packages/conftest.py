@@ -1,4 +1,5 @@
 """Helpers for the lab package tests: run the stand-ins as real subprocesses."""
+import importlib.util
 import json
 import os
 import subprocess
@@ -74,3 +75,16 @@ def real_output():
         with open(os.path.join(REAL_OUTPUTS, *parts), encoding="utf-8") as handle:
             return handle.read()
     return read
+
+
+def load_module(name, path):
+    """Import a lab script (not a package module) by path."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="session")
+def build_module():
+    return load_module("hgpu_lab_build", os.path.join(PACKAGES, "build.py"))
