@@ -1,0 +1,320 @@
+"""HTTPS front end: routing, auth, JSON in/out, one log line per request."""
+import json
+import logging
+import socket
+import ssl
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs, urlsplit
+
+from . import auth, resources
+from .controllers import Controllers, evict
+from .store import ApiError, Store
+
+log = logging.getLogger("k8s_emulator")
+OPEN_PATHS = ("/version", "/healthz", "/livez", "/readyz")
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, addr, handler, ssl_context, emulator):
+        self.address_family = socket.AF_INET6 if ":" in addr[0] else socket.AF_INET
+        self.ssl_context = ssl_context
+        self.emulator = emulator
+        super().__init__(addr, handler)
+
+    def finish_request(self, request, client_address):
+        # TLS handshake here, in the per-connection thread, not in the accept loop.
+        try:
+            request.settimeout(30)
+            request = self.ssl_context.wrap_socket(request, server_side=True)
+        except (ssl.SSLError, OSError) as exc:
+            log.debug("TLS handshake from %s failed: %s", client_address, exc)
+            return
+        try:
+            self.RequestHandlerClass(request, client_address, self)
+        finally:
+            try:
+                request.close()
+            except OSError:
+                pass
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "hybridgpu-k8s-emulator"
+    timeout = 60
+
+    def log_message(self, fmt, *args):  # silence the default stderr logging
+        pass
+
+    def _send(self, code, body, ctype="application/json"):
+        data = body if isinstance(body, bytes) else (
+            body.encode() if isinstance(body, str) else json.dumps(body).encode())
+        self.send_response(code)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(data)))
+        self.send_header("Cache-Control", "no-cache, private")
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(data)
+        self._code = code
+
+    def _read_body(self):
+        length = int(self.headers.get("Content-Length") or 0)
+        return self.rfile.read(length) if length else b""
+
+    def _handle(self):
+        start = time.monotonic()
+        self._code = 0
+        self._user = "-"
+        emu = self.server.emulator
+        try:
+            code, body, ctype = emu.dispatch(self, self._read_body)
+            self._send(code, body, ctype or "application/json")
+        except ApiError as exc:
+            self._send(exc.code, exc.status())
+        except Exception as exc:  # any bug still answers with a Status, and is logged
+            log.exception("internal error on %s %s", self.command, self.path)
+            self._send(500, ApiError(500, "InternalError", "internal error: %s" % exc).status())
+        finally:
+            emu.log_request(self.command, self.path, self._code, self._user,
+                            (time.monotonic() - start) * 1000, self.client_address[0])
+
+    do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = do_HEAD = _handle
+
+
+class Emulator:
+    def __init__(self, cluster, binds, port, cert, key, token_file, node_grace=20.0,
+                 version="v1.30.4", log_file=None, rules_file=None, tick=0.2):
+        self.cluster = cluster
+        self.version = version
+        self.store = Store()
+        self.tokens = auth.TokenFile(token_file)
+        self.rules = auth.Rules(rules_file)
+        self.controllers = Controllers(self.store, node_grace=node_grace, tick=tick)
+        self._log_lock = threading.Lock()
+        self._log_fh = open(log_file, "a", encoding="utf-8") if log_file else None
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+        ctx.load_cert_chain(cert, key)
+        self.servers = []
+        for host in binds:
+            srv = _Server((host, port), Handler, ctx, self)
+            port = srv.server_address[1]  # port 0: the first bind picks, the rest reuse it
+            self.servers.append(srv)
+        self.port = port
+        self.binds = list(binds)
+        self._threads = []
+
+    @property
+    def url(self):
+        host = self.binds[0]
+        return "https://%s:%d" % ("[%s]" % host if ":" in host else host, self.port)
+
+    def start(self):
+        for srv in self.servers:
+            t = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.2},
+                                 name="k8s-emulator-%s" % self.cluster, daemon=True)
+            t.start()
+            self._threads.append(t)
+        self.controllers.start()
+        return self
+
+    def stop(self):
+        self.controllers.stop()
+        for srv in self.servers:
+            srv.shutdown()
+            srv.server_close()
+        for t in self._threads:
+            t.join(timeout=5)
+        if self._log_fh:
+            self._log_fh.close()
+            self._log_fh = None
+
+    def log_request(self, method, path, code, user, ms, client):
+        line = "%s %s %s %s %s %s %d %.1fms" % (
+            time.strftime("%Y-%m-%dT%H:%M:%S"), self.cluster, client, user, method, path, code, ms)
+        if self._log_fh:
+            with self._log_lock:
+                self._log_fh.write(line + "\n")
+                self._log_fh.flush()
+        log.info(line)
+
+    # ---- request dispatch ----
+    def dispatch(self, handler, read_body):
+        url = urlsplit(handler.path)
+        path = url.path.rstrip("/") or "/"
+        query = {k: v[-1] for k, v in parse_qs(url.query, keep_blank_values=True).items()}
+        method = handler.command
+        if path in OPEN_PATHS:
+            return self._open_path(path)
+        user = auth.authenticate(handler.headers, self.tokens, self.store)
+        if user is None:
+            raise ApiError(401, "Unauthorized", "Unauthorized")
+        handler._user = user.name
+        parts = [p for p in path.split("/") if p]
+        if parts == ["api"]:
+            return 200, resources.api_versions("%s:%d" % (self.binds[0], self.port)), None
+        if parts == ["apis"]:
+            return 200, resources.api_group_list(), None
+        if len(parts) == 2 and parts[0] == "apis":
+            group = resources.api_group(parts[1])
+            if group is None:
+                raise ApiError(404, "NotFound", "the server could not find the requested resource")
+            return 200, group, None
+        if parts[:2] == ["api", "v1"]:
+            group, version, rest = "", "v1", parts[2:]
+        elif len(parts) >= 3 and parts[0] == "apis":
+            group, version, rest = parts[1], parts[2], parts[3:]
+        else:
+            raise ApiError(404, "NotFound", "the server could not find the requested resource")
+        if not rest:
+            doc = resources.resource_list(group, version)
+            if doc is None:
+                raise ApiError(404, "NotFound", "the server could not find the requested resource")
+            return 200, doc, None
+        ns = None
+        if (rest[0] == "namespaces" and len(rest) >= 3
+                and (group, version, rest[2]) in resources.BY_PATH
+                and resources.BY_PATH[(group, version, rest[2])].namespaced):
+            ns, rest = rest[1], rest[2:]
+        res = resources.BY_PATH.get((group, version, rest[0]))
+        if res is None or len(rest) > 3:
+            raise ApiError(404, "NotFound", "the server could not find the requested resource")
+        name = rest[1] if len(rest) > 1 else None
+        sub = rest[2] if len(rest) > 2 else ""
+        if sub and sub not in res.subresources:
+            raise ApiError(404, "NotFound", "the server could not find the requested resource")
+        verb = self._verb(method, name, sub, query)
+        auth.authorize(user, verb, res, sub, ns, name, self.rules)
+        return self._serve(handler, user, verb, res, ns, name, sub, query, read_body)
+
+    def _open_path(self, path):
+        if path == "/version":
+            major, minor = (self.version.lstrip("v").split(".") + ["0"])[:2]
+            return 200, {"major": major, "minor": minor, "gitVersion": self.version,
+                         "gitCommit": "0" * 40, "gitTreeState": "clean",
+                         "buildDate": "2024-08-14T00:00:00Z", "goVersion": "go1.22.5",
+                         "compiler": "gc", "platform": "linux/amd64",
+                         "emulator": "hybridgpu-k8s-emulator"}, None
+        return 200, "ok", "text/plain; charset=utf-8"
+
+    @staticmethod
+    def _verb(method, name, sub, query):
+        if method in ("GET", "HEAD"):
+            if name:
+                return "get"
+            return "watch" if query.get("watch") in ("1", "true") else "list"
+        if method == "POST":
+            if name and sub != "eviction":
+                raise ApiError(405, "MethodNotAllowed", "the server does not allow this method "
+                               "on the requested resource")
+            return "create"
+        if method == "PUT":
+            if not name:
+                raise ApiError(405, "MethodNotAllowed", "PUT needs an object name")
+            return "update"
+        if method == "PATCH":
+            if not name:
+                raise ApiError(405, "MethodNotAllowed", "PATCH needs an object name")
+            return "patch"
+        if method == "DELETE":
+            return "delete" if name else "deletecollection"
+        raise ApiError(405, "MethodNotAllowed", "method %s not allowed" % method)
+
+    @staticmethod
+    def _json(raw):
+        if not raw:
+            return None
+        try:
+            return json.loads(raw)
+        except ValueError as exc:
+            raise ApiError(400, "BadRequest", "invalid JSON in request body: %s" % exc)
+
+    def _serve(self, handler, user, verb, res, ns, name, sub, query, read_body):
+        store = self.store
+        raw = read_body()
+
+        def admit(old, new):
+            auth.admit_node(user, res, sub, old, new)
+
+        if sub == "log":
+            return self._pod_log(handler, verb, ns, name, query, raw, admit)
+        if sub == "eviction":
+            return 201, evict(store, ns, name, self._json(raw)), None
+        if verb == "watch":
+            raise ApiError(400, "BadRequest", "watch is not supported by this emulator; poll "
+                           "with list instead")
+        if verb == "list":
+            limit = int(query["limit"]) if query.get("limit", "").isdigit() else None
+            return 200, store.list(res, ns, query.get("labelSelector"),
+                                   query.get("fieldSelector"), limit, query.get("continue")), None
+        if verb == "get":
+            return 200, store.get(res, ns, name), None
+        if verb == "create":
+            if res.namespaced and ns is None:
+                raise ApiError(404, "NotFound", "the server could not find the requested resource")
+            return 201, store.create(res, ns, self._json(raw), admit), None
+        if verb == "update":
+            return 200, store.update(res, ns, name, self._json(raw), sub or None, admit), None
+        if verb == "patch":
+            ctype = handler.headers.get("Content-Type")
+            return 200, store.patch(res, ns, name, ctype, self._json(raw), sub or None,
+                                    admit), None
+        if verb == "delete":
+            opts = self._json(raw) or {}
+            policy = query.get("propagationPolicy") or opts.get("propagationPolicy")
+            if opts.get("orphanDependents") is True:
+                policy = "Orphan"
+            pre = opts.get("preconditions") or {}
+            gone = store.delete(res, ns, name, policy, admit, pre.get("uid"),
+                                pre.get("resourceVersion"))
+            if res.plural in ("pods", "namespaces"):
+                return 200, gone, None
+            return 200, {"kind": "Status", "apiVersion": "v1", "metadata": {},
+                         "status": "Success",
+                         "details": {"name": name, "group": res.group, "kind": res.plural,
+                                     "uid": gone["metadata"]["uid"]}}, None
+        if verb == "deletecollection":
+            lst = store.list(res, ns, query.get("labelSelector"), query.get("fieldSelector"))
+            for item in lst["items"]:
+                try:
+                    store.delete(res, item["metadata"].get("namespace"),
+                                 item["metadata"]["name"], query.get("propagationPolicy"), admit)
+                except ApiError as exc:
+                    if exc.code != 404:
+                        raise
+            return 200, {"kind": "Status", "apiVersion": "v1", "metadata": {},
+                         "status": "Success"}, None
+        raise ApiError(405, "MethodNotAllowed", "unsupported request")
+
+    def _pod_log(self, handler, verb, ns, name, query, raw, admit):
+        store = self.store
+        from .resources import BY_PLURAL
+        pods = BY_PLURAL["pods"]
+        if verb == "get":
+            store.get(pods, ns, name)
+            text = store.logs.get((ns, name), "")
+            if query.get("tailLines", "").isdigit():
+                lines = text.splitlines(keepends=True)
+                n = int(query["tailLines"])
+                text = "".join(lines[-n:]) if n else ""
+            if query.get("limitBytes", "").isdigit():
+                text = text.encode()[:int(query["limitBytes"])].decode(errors="ignore")
+            return 200, text, "text/plain"
+        if verb == "update":
+            with store.lock:
+                pod = store.get(pods, ns, name)
+                admit(pod, pod)
+                text = raw.decode("utf-8", errors="replace")
+                if query.get("append") in ("1", "true"):
+                    text = store.logs.get((ns, name), "") + text
+                store.logs[(ns, name)] = text
+            return 200, {"kind": "Status", "apiVersion": "v1", "metadata": {},
+                         "status": "Success", "details": {"name": name, "kind": "pods"}}, None
+        raise ApiError(405, "MethodNotAllowed", "pods/log supports GET and PUT (emulator "
+                       "extension for the node agent)")

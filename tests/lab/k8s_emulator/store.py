@@ -1,0 +1,432 @@
+"""In-memory object store: CRUD, resourceVersion, defaulting, validation and patching."""
+import base64
+import copy
+import datetime
+import json
+import re
+import secrets as pysecrets
+import threading
+import uuid
+
+from . import patch as patchlib
+from .resources import BY_PLURAL
+from .selectors import (SelectorError, fields_match, labels_match, parse_field_selector,
+                        parse_label_selector)
+
+NODE_NAME_ANNOTATION = "hybridgpu.io/node-name"
+SA_TOKEN_TYPE = "kubernetes.io/service-account-token"
+SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
+
+_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_LABEL_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+_RANDOM_CHARS = "bcdfghjklmnpqrstvwxz2456789"
+
+
+class ApiError(Exception):
+    """An error that becomes a metav1.Status response."""
+
+    def __init__(self, code, reason, message, details=None):
+        super().__init__(message)
+        self.code = code
+        self.reason = reason
+        self.message = message
+        self.details = details
+
+    def status(self):
+        body = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                "message": self.message, "reason": self.reason, "code": self.code}
+        if self.details:
+            body["details"] = self.details
+        return body
+
+
+def not_found(res, name):
+    group = res.group
+    what = "%s.%s" % (res.plural, group) if group else res.plural
+    return ApiError(404, "NotFound", '%s "%s" not found' % (what, name),
+                    {"name": name, "group": group, "kind": res.plural})
+
+
+def conflict(res, name):
+    what = "%s.%s" % (res.plural, res.group) if res.group else res.plural
+    return ApiError(409, "Conflict",
+                    'Operation cannot be fulfilled on %s "%s": the object has been modified; '
+                    "please apply your changes to the latest version and try again" % (what, name),
+                    {"name": name, "group": res.group, "kind": res.plural})
+
+
+def invalid(res, name, field, value, why):
+    return ApiError(422, "Invalid", '%s "%s" is invalid: %s: Invalid value: %s: %s'
+                    % (res.kind, name, field, json.dumps(value), why),
+                    {"name": name, "group": res.group, "kind": res.kind,
+                     "causes": [{"reason": "FieldValueInvalid", "field": field,
+                                 "message": "Invalid value: %s: %s" % (json.dumps(value), why)}]})
+
+
+def now_rfc3339(offset=0.0):
+    t = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(seconds=offset)
+    return t.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_time(text):
+    if not text:
+        return None
+    try:
+        text = text.replace("Z", "+00:00")
+        return datetime.datetime.fromisoformat(text).timestamp()
+    except ValueError:
+        return None
+
+
+def random_suffix(n=5):
+    return "".join(pysecrets.choice(_RANDOM_CHARS) for _ in range(n))
+
+
+def validate_labels(res, name, labels):
+    for key, value in (labels or {}).items():
+        prefix, _, lname = key.rpartition("/")
+        if (not _LABEL_NAME.match(lname) or len(lname) > 63
+                or (prefix and (len(prefix) > 253 or not _SUBDOMAIN.match(prefix)))):
+            raise invalid(res, name, "metadata.labels", key,
+                          "name part must consist of alphanumeric characters, '-', '_' or '.', "
+                          "and must start and end with an alphanumeric character")
+        if not isinstance(value, str) or len(value) > 63 or (value and not _LABEL_NAME.match(value)):
+            raise invalid(res, name, "metadata.labels", value,
+                          "a valid label must be an empty string or consist of alphanumeric "
+                          "characters, '-', '_' or '.', and must start and end with an "
+                          "alphanumeric character")
+
+
+class Store:
+    def __init__(self):
+        self.lock = threading.RLock()
+        self.changed = threading.Condition(self.lock)
+        self.rv = 1
+        self.objects = {plural: {} for plural in BY_PLURAL}
+        self.logs = {}
+        self.node_tokens = {}
+        for ns in SYSTEM_NAMESPACES:
+            self.create(BY_PLURAL["namespaces"], None, {"metadata": {"name": ns}})
+
+    # ---- reading ----
+    def get(self, res, ns, name):
+        with self.lock:
+            obj = self.objects[res.plural].get((ns, name))
+            if obj is None:
+                raise not_found(res, name)
+            return copy.deepcopy(obj)
+
+    def find(self, res, ns, name):
+        with self.lock:
+            obj = self.objects[res.plural].get((ns, name))
+            return copy.deepcopy(obj) if obj is not None else None
+
+    def items(self, plural, ns=None):
+        """Live objects (not copies): for controllers holding the lock."""
+        return [o for (ons, _), o in sorted(self.objects[plural].items())
+                if ns is None or ons == ns]
+
+    def list(self, res, ns=None, label_selector=None, field_selector=None, limit=None,
+             cont=None):
+        try:
+            lreqs = parse_label_selector(label_selector)
+            freqs = parse_field_selector(field_selector, res.field_labels)
+        except SelectorError as exc:
+            raise ApiError(400, "BadRequest", str(exc))
+        with self.lock:
+            out = [copy.deepcopy(o) for o in self.items(res.plural, ns)
+                   if labels_match(lreqs, o["metadata"].get("labels"))
+                   and fields_match(freqs, o)]
+            meta = {"resourceVersion": str(self.rv)}
+        start = 0
+        if cont:
+            try:
+                start = int(base64.urlsafe_b64decode(cont.encode()).decode())
+            except (ValueError, UnicodeDecodeError):
+                raise ApiError(400, "BadRequest", "invalid continue token")
+        if limit:
+            end = start + limit
+            if end < len(out):
+                meta["continue"] = base64.urlsafe_b64encode(str(end).encode()).decode()
+                meta["remainingItemCount"] = len(out) - end
+            out = out[start:end]
+        else:
+            out = out[start:]
+        return {"kind": res.kind + "List", "apiVersion": res.api_version, "metadata": meta,
+                "items": out}
+
+    # ---- writing ----
+    def _commit(self, res, obj):
+        self.rv += 1
+        obj["metadata"]["resourceVersion"] = str(self.rv)
+        meta = obj["metadata"]
+        self.objects[res.plural][(meta.get("namespace"), meta["name"])] = obj
+        if res.plural == "secrets" and meta.get("namespace") == "kube-system":
+            self._index_node_tokens()
+        self.changed.notify_all()
+        return copy.deepcopy(obj)
+
+    def put_internal(self, res, obj):
+        """Controller write: no admission, no conflict check."""
+        with self.lock:
+            return self._commit(res, copy.deepcopy(obj))
+
+    def create(self, res, ns, body, admit=None):
+        if not isinstance(body, dict):
+            raise ApiError(400, "BadRequest", "request body must be a JSON object")
+        obj = copy.deepcopy(body)
+        meta = obj.setdefault("metadata", {}) or {}
+        obj["metadata"] = meta
+        obj["kind"], obj["apiVersion"] = res.kind, res.api_version
+        if res.namespaced:
+            if meta.get("namespace") and meta["namespace"] != ns:
+                raise ApiError(400, "BadRequest",
+                               "the namespace of the provided object does not match the "
+                               "namespace sent on the request")
+            meta["namespace"] = ns
+        else:
+            meta.pop("namespace", None)
+        with self.lock:
+            if not meta.get("name") and meta.get("generateName"):
+                for _ in range(20):
+                    cand = meta["generateName"] + random_suffix()
+                    if (ns, cand) not in self.objects[res.plural]:
+                        meta["name"] = cand
+                        break
+            name = meta.get("name")
+            if not name:
+                raise invalid(res, "", "metadata.name", "", "name or generateName is required")
+            pattern = _DNS_LABEL if res.plural == "namespaces" else _SUBDOMAIN
+            if not pattern.match(name) or len(name) > 253:
+                raise invalid(res, name, "metadata.name", name,
+                              "a lowercase RFC 1123 subdomain must consist of lower case "
+                              "alphanumeric characters, '-' or '.'")
+            validate_labels(res, name, meta.get("labels"))
+            if res.namespaced and (None, ns) not in self.objects["namespaces"]:
+                raise ApiError(404, "NotFound", 'namespaces "%s" not found' % ns,
+                               {"name": ns, "kind": "namespaces"})
+            if (meta.get("namespace"), name) in self.objects[res.plural]:
+                what = "%s.%s" % (res.plural, res.group) if res.group else res.plural
+                raise ApiError(409, "AlreadyExists", '%s "%s" already exists' % (what, name),
+                               {"name": name, "group": res.group, "kind": res.plural})
+            for key in ("resourceVersion", "deletionTimestamp", "managedFields"):
+                meta.pop(key, None)
+            meta["uid"] = str(uuid.uuid4())
+            meta["creationTimestamp"] = now_rfc3339()
+            meta["generation"] = 1
+            self._default(res, obj)
+            if admit:
+                admit(None, obj)
+            return self._commit(res, obj)
+
+    def _default(self, res, obj):
+        kind = res.kind
+        meta = obj["metadata"]
+        if kind == "Namespace":
+            obj.setdefault("spec", {}).setdefault("finalizers", ["kubernetes"])
+            obj["status"] = {"phase": "Active"}
+            meta.setdefault("labels", {})["kubernetes.io/metadata.name"] = meta["name"]
+        elif kind == "Pod":
+            spec = obj.setdefault("spec", {})
+            spec.setdefault("restartPolicy", "Always")
+            spec.setdefault("schedulerName", "default-scheduler")
+            spec.setdefault("terminationGracePeriodSeconds", 30)
+            spec.setdefault("dnsPolicy", "ClusterFirst")
+            for c in spec.get("containers") or []:
+                c.setdefault("terminationMessagePolicy", "File")
+                c.setdefault("imagePullPolicy", "IfNotPresent")
+            obj["status"] = {"phase": "Pending", "qosClass": "BestEffort"}
+        elif kind == "Node":
+            obj.setdefault("spec", {})
+            obj.setdefault("status", {})
+        elif kind == "Job":
+            spec = obj.setdefault("spec", {})
+            spec.setdefault("parallelism", 1)
+            spec.setdefault("completions", 1)
+            spec.setdefault("backoffLimit", 6)
+            spec.setdefault("suspend", False)
+            spec.setdefault("completionMode", "NonIndexed")
+            uid = meta["uid"]
+            tmeta = spec.setdefault("template", {}).setdefault("metadata", {})
+            labels = tmeta.setdefault("labels", {})
+            labels.update({"controller-uid": uid, "batch.kubernetes.io/controller-uid": uid,
+                           "job-name": meta["name"], "batch.kubernetes.io/job-name": meta["name"]})
+            if not spec.get("manualSelector"):
+                spec["selector"] = {"matchLabels": {"batch.kubernetes.io/controller-uid": uid}}
+            obj["status"] = {}
+        elif kind == "PodDisruptionBudget":
+            obj["status"] = {"currentHealthy": 0, "desiredHealthy": 0, "disruptionsAllowed": 0,
+                             "expectedPods": 0, "observedGeneration": 0}
+        elif kind == "Secret":
+            obj.setdefault("type", "Opaque")
+            string_data = obj.pop("stringData", None) or {}
+            data = obj.setdefault("data", {}) or {}
+            obj["data"] = data
+            for k, v in string_data.items():
+                data[k] = base64.b64encode(str(v).encode()).decode()
+            ann = meta.get("annotations") or {}
+            if (obj["type"] == SA_TOKEN_TYPE and meta.get("namespace") == "kube-system"
+                    and ann.get(NODE_NAME_ANNOTATION) and not data.get("token")):
+                token = pysecrets.token_urlsafe(32)
+                data["token"] = base64.b64encode(token.encode()).decode()
+
+    def _index_node_tokens(self):
+        tokens = {}
+        for obj in self.items("secrets", "kube-system"):
+            node = (obj["metadata"].get("annotations") or {}).get(NODE_NAME_ANNOTATION)
+            raw = (obj.get("data") or {}).get("token")
+            if obj.get("type") == SA_TOKEN_TYPE and node and raw:
+                try:
+                    tokens[base64.b64decode(raw).decode()] = node
+                except (ValueError, UnicodeDecodeError):
+                    continue
+        self.node_tokens = tokens
+
+    def _finish_write(self, res, old, new, subresource, check_rv):
+        """Merge an incoming full object onto old per subresource rules."""
+        name = old["metadata"]["name"]
+        if not isinstance(new, dict):
+            raise ApiError(400, "BadRequest", "request body must be a JSON object")
+        nmeta = new.get("metadata") or {}
+        if nmeta.get("name") not in (None, name):
+            raise ApiError(400, "BadRequest", "the name of the object (%s) does not match the "
+                           "name on the URL (%s)" % (nmeta.get("name"), name))
+        rv = nmeta.get("resourceVersion")
+        if check_rv and rv and rv != old["metadata"]["resourceVersion"]:
+            raise conflict(res, name)
+        if subresource == "status":
+            result = copy.deepcopy(old)
+            if "status" in new:
+                result["status"] = copy.deepcopy(new["status"])
+            return result
+        result = copy.deepcopy(new)
+        result["kind"], result["apiVersion"] = res.kind, res.api_version
+        meta = result.setdefault("metadata", {}) or {}
+        result["metadata"] = meta
+        for key in ("name", "namespace", "uid", "creationTimestamp", "generation",
+                    "resourceVersion", "deletionTimestamp"):
+            if key in old["metadata"]:
+                meta[key] = old["metadata"][key]
+            else:
+                meta.pop(key, None)
+        if res.has_status:
+            if "status" in old:
+                result["status"] = copy.deepcopy(old["status"])
+            else:
+                result.pop("status", None)
+        if res.kind == "Secret":
+            string_data = result.pop("stringData", None) or {}
+            data = result.setdefault("data", {}) or {}
+            result["data"] = data
+            for k, v in string_data.items():
+                data[k] = base64.b64encode(str(v).encode()).decode()
+        validate_labels(res, name, meta.get("labels"))
+        if old.get("spec") != result.get("spec"):
+            meta["generation"] = int(old["metadata"].get("generation", 1)) + 1
+        return result
+
+    def update(self, res, ns, name, body, subresource=None, admit=None):
+        with self.lock:
+            old = self.objects[res.plural].get((ns, name))
+            if old is None:
+                raise not_found(res, name)
+            new = self._finish_write(res, old, body, subresource, True)
+            if admit:
+                admit(old, new)
+            return self._commit(res, new)
+
+    def patch(self, res, ns, name, content_type, body, subresource=None, admit=None):
+        ctype = (content_type or "").split(";")[0].strip().lower()
+        with self.lock:
+            old = self.objects[res.plural].get((ns, name))
+            if old is None:
+                raise not_found(res, name)
+            try:
+                if ctype == "application/merge-patch+json":
+                    if not isinstance(body, dict):
+                        raise patchlib.PatchError("merge patch must be a JSON object")
+                    patched = patchlib.merge_patch(old, body)
+                elif ctype == "application/strategic-merge-patch+json":
+                    patched = patchlib.strategic_merge_patch(old, body, res.kind)
+                elif ctype == "application/json-patch+json":
+                    patched = patchlib.json_patch(old, body)
+                else:
+                    raise ApiError(415, "UnsupportedMediaType",
+                                   "the body of the request was in an unknown format - accepted "
+                                   "media types include: application/json-patch+json, "
+                                   "application/merge-patch+json, "
+                                   "application/strategic-merge-patch+json")
+            except patchlib.PatchError as exc:
+                raise ApiError(422, "Invalid", str(exc))
+            if not isinstance(patched, dict):
+                raise ApiError(422, "Invalid", "patch result is not an object")
+            # A resourceVersion in the patch is a precondition.
+            want_rv = None
+            if isinstance(body, dict):
+                want_rv = (body.get("metadata") or {}).get("resourceVersion")
+            else:
+                want_rv = (patched.get("metadata") or {}).get("resourceVersion")
+                if want_rv == old["metadata"]["resourceVersion"]:
+                    want_rv = None
+            if want_rv and want_rv != old["metadata"]["resourceVersion"]:
+                raise conflict(res, name)
+            patched.setdefault("metadata", {})["resourceVersion"] = \
+                old["metadata"]["resourceVersion"]
+            new = self._finish_write(res, old, patched, subresource, False)
+            if admit:
+                admit(old, new)
+            return self._commit(res, new)
+
+    def delete(self, res, ns, name, propagation=None, admit=None, precondition_uid=None,
+               precondition_rv=None):
+        with self.lock:
+            old = self.objects[res.plural].get((ns, name))
+            if old is None:
+                raise not_found(res, name)
+            if precondition_uid and precondition_uid != old["metadata"]["uid"]:
+                raise conflict(res, name)
+            if precondition_rv and precondition_rv != old["metadata"]["resourceVersion"]:
+                raise conflict(res, name)
+            if admit:
+                admit(old, None)
+            return self.delete_internal(res, old, propagation)
+
+    def delete_internal(self, res, obj, propagation=None):
+        with self.lock:
+            meta = obj["metadata"]
+            key = (meta.get("namespace"), meta["name"])
+            gone = self.objects[res.plural].pop(key, None)
+            if gone is None:
+                return copy.deepcopy(obj)
+            self.rv += 1
+            gone = copy.deepcopy(gone)
+            gone["metadata"]["resourceVersion"] = str(self.rv)
+            if res.plural == "pods":
+                self.logs.pop(key, None)
+            if res.plural == "secrets" and meta.get("namespace") == "kube-system":
+                self._index_node_tokens()
+            if res.plural == "namespaces":
+                for plural, objs in self.objects.items():
+                    for okey in [k for k in objs if BY_PLURAL[plural].namespaced
+                                 and k[0] == meta["name"]]:
+                        objs.pop(okey)
+                        if plural == "pods":
+                            self.logs.pop(okey, None)
+                self._index_node_tokens()
+                gone.setdefault("status", {})["phase"] = "Terminating"
+            policy = propagation or ("Orphan" if res.kind == "Job" else "Background")
+            uid = meta.get("uid")
+            for plural, objs in self.objects.items():
+                for child in list(objs.values()):
+                    refs = child["metadata"].get("ownerReferences") or []
+                    if not any(r.get("uid") == uid for r in refs):
+                        continue
+                    if policy == "Orphan":
+                        child["metadata"]["ownerReferences"] = [
+                            r for r in refs if r.get("uid") != uid]
+                        self._commit(BY_PLURAL[plural], child)
+                    else:
+                        self.delete_internal(BY_PLURAL[plural], child, policy)
+            self.changed.notify_all()
+            return gone
