@@ -1,7 +1,6 @@
 """The two Kubernetes API emulators: PKI, tokens, kubeconfigs, processes, and the cloud
 nodes' credentials (a kube-system Secret per node, filled in by the emulator)."""
 import base64
-import importlib
 import json
 import os
 import secrets
@@ -19,10 +18,20 @@ from .util import LabError, log, run, wait_for, write_if_changed
 AGENT_DIR = "/etc/hybridgpu/node-agent"
 
 
+class _PKI:
+    """labpki needs `cryptography` (in the repo venv), so it runs in the venv's python,
+    not necessarily the interpreter running this CLI."""
+
+    def __getattr__(self, func):
+        def call(*args, **kwargs):
+            code = ("import json,sys; sys.path.insert(0, %r); import labpki; "
+                    "a = json.loads(sys.argv[1]); getattr(labpki, a[0])(*a[1], **a[2])" % config.LAB_SRC)
+            run([python(), "-c", code, json.dumps([func, args, kwargs])], timeout=120)
+        return call
+
+
 def _labpki():
-    if config.LAB_SRC not in sys.path:
-        sys.path.insert(0, config.LAB_SRC)
-    return importlib.import_module("labpki")
+    return _PKI()
 
 
 def python():
@@ -176,6 +185,7 @@ def start_emulator(cluster):
            "--cert", cert, "--key", key,
            "--token-file", os.path.join(d, "tokens.csv"),
            "--node-grace", os.environ.get("HGPU_LAB_NODE_GRACE", "20"),
+           "--version", config.CLUSTERS[cluster]["version"],
            "--log-file", os.path.join(d, "emulator.log")]
     env = dict(os.environ, PYTHONPATH=config.LAB_SRC)
     log("starting %s emulator on %s" % (cluster, config.api_url(cluster)))
