@@ -1,0 +1,350 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: contributors to hybridgpu.fleet
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Gather GPU, OS, runtime and agent facts on a node in one module run."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: gpu_facts
+short_description: Gather GPU, driver, CUDA, OS, container runtime and node agent facts
+description:
+  - Runs on the managed node and reads, in one module invocation (one SSH round trip
+    with pipelining), everything the preflight matrix needs from that node.
+  - GPUs come from C(nvidia-smi --query-gpu=index,name,uuid,memory.total,driver_version,mig.mode.current,pci.bus_id,compute_cap
+    --format=csv,nounits); the header is kept so columns are matched by name. The highest CUDA version the driver supports comes from the
+    banner of the default C(nvidia-smi) table, the cheapest output that prints it; C(nvidia-smi -q -x)
+    is run only when the banner has no CUDA version.
+  - Older drivers that do not know the C(compute_cap) field are queried again without it.
+  - Also reads the kernel (uname), the OS (C(/etc/os-release)), an image id
+    (C(/etc/hybridgpu-lab/image-id) or C(/etc/image-id)), the container runtimes on C(PATH)
+    (containerd, crio, docker, podman) and the node agent (C(kubelet --version), else the
+    C(hybridgpu-node-agent) package version from dpkg-query).
+  - No C(nvidia-smi) on C(PATH), or C(nvidia-smi) saying C(No devices were found), gives
+    C(count=0) with a C(reason); any other C(nvidia-smi) failure fails the task with its output.
+  - Commands run with C(LANG=C). The module only reads, so it runs in check mode too.
+version_added: "0.1.0"
+author:
+  - hybridgpu.fleet contributors
+options:
+  nvidia_smi_path:
+    description:
+      - Path of C(nvidia-smi). When unset, C(nvidia-smi) is looked up on C(PATH).
+    type: path
+  query_cuda:
+    description:
+      - Read the CUDA version (one more C(nvidia-smi) run in the same module invocation).
+    type: bool
+    default: true
+attributes:
+  check_mode:
+    support: full
+    details: The module only reads; it runs the same in check mode.
+  diff_mode:
+    support: none
+  facts:
+    support: full
+notes:
+  - Facts are returned as C(ansible_facts.hybridgpu_gpu), so later plays can read them from C(hostvars).
+  - The parsers live in C(hybridgpu.fleet.plugins.module_utils.nvidia_smi) and are tested against real
+    nvidia-smi outputs (including C([N/A]), C([Not Supported]) and MIG).
+"""
+
+EXAMPLES = r"""
+- name: Read GPU and node facts
+  hybridgpu.fleet.gpu_facts:
+
+- name: Show the GPU model and driver
+  ansible.builtin.debug:
+    msg: "{{ ansible_facts.hybridgpu_gpu.count }}x {{ ansible_facts.hybridgpu_gpu.model }} driver {{ ansible_facts.hybridgpu_gpu.driver_version }}"
+
+- name: Use a non-standard nvidia-smi and skip the CUDA query
+  hybridgpu.fleet.gpu_facts:
+    nvidia_smi_path: /opt/nvidia/bin/nvidia-smi
+    query_cuda: false
+"""
+
+RETURN = r"""
+ansible_facts:
+  description: Facts about the node.
+  returned: always
+  type: dict
+  contains:
+    hybridgpu_gpu:
+      description: GPU, OS, runtime and agent facts of the node.
+      returned: always
+      type: dict
+      contains:
+        count:
+          description: Number of GPUs nvidia-smi lists (0 when there is no nvidia-smi or no device).
+          type: int
+          sample: 8
+        model:
+          description: GPU product name when all GPUs are the same model, else null.
+          type: str
+          sample: NVIDIA A100-SXM4-80GB
+        models:
+          description: Sorted distinct GPU product names.
+          type: list
+          elements: str
+        memory_mib:
+          description: Smallest per-GPU memory in MiB (a mixed node is judged by its weakest GPU).
+          type: int
+          sample: 81920
+        mig_mode:
+          description: C(Enabled) if any GPU has MIG on, C(Disabled) if GPUs report it off, null when not applicable.
+          type: str
+        driver_version:
+          description: Driver version nvidia-smi reports.
+          type: str
+          sample: "535.230.02"
+        cuda_version:
+          description: Highest CUDA version the driver supports, as nvidia-smi reports it.
+          type: str
+          sample: "12.2"
+        cuda_source:
+          description: Where cuda_version came from (C(table), C(xml)) or null.
+          type: str
+        gpus:
+          description: One entry per GPU with index, name, uuid, memory_mib, mig_mode, pci_bus_id, compute_cap.
+          type: list
+          elements: dict
+        reason:
+          description: Why count is 0 (no nvidia-smi, no device), else null.
+          type: str
+        nvidia_smi:
+          description: Path of the nvidia-smi that was run, or null.
+          type: str
+        kernel:
+          description: Kernel release, version string and machine from uname.
+          type: dict
+        os:
+          description: C(pretty_name), C(id) and C(version_id) from /etc/os-release (null when absent).
+          type: dict
+        image_id:
+          description: Content of /etc/hybridgpu-lab/image-id or /etc/image-id, else null.
+          type: str
+        container_runtime:
+          description: First container runtime found (containerd, crio, docker, podman) as C(name) and C(version), or null.
+          type: dict
+        container_runtimes:
+          description: Every container runtime found on PATH.
+          type: list
+          elements: dict
+        agent:
+          description: C(kind) (kubelet or hybridgpu-node-agent) and C(version), or null when neither is present.
+          type: dict
+        commands_run:
+          description: Commands this module ran on the node (all inside one module invocation).
+          type: int
+"""
+
+import os
+import re
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.hybridgpu.fleet.plugins.module_utils import nvidia_smi
+
+QUERY_FIELDS = ["index", "name", "uuid", "memory.total", "driver_version", "mig.mode.current",
+                "pci.bus_id", "compute_cap"]
+IMAGE_ID_FILES = ("/etc/hybridgpu-lab/image-id", "/etc/image-id")
+RUNTIMES = (("containerd", ["--version"]), ("crio", ["--version"]), ("docker", ["--version"]),
+            ("podman", ["--version"]))
+_VERSION = re.compile(r"\bv?(\d+\.\d+(?:\.\d+)?(?:[-+~][0-9A-Za-z.+~-]+)?)")
+
+
+class GpuFactsError(Exception):
+    """nvidia-smi failed in a way facts cannot describe."""
+
+
+class NodeAccess(object):
+    """What the facts code needs from the node; the module and the tests each supply one."""
+
+    def __init__(self, run, which, read_file, uname):
+        self.run = run              # argv list -> (rc, stdout, stderr)
+        self.which = which          # name -> path or None
+        self.read_file = read_file  # path -> text or None
+        self.uname = uname          # () -> os.uname_result-like
+        self.commands = 0
+
+    def exec(self, argv):
+        self.commands += 1
+        return self.run(argv)
+
+
+def parse_os_release(text):
+    """Return {pretty_name, id, version_id} from /etc/os-release text (None when missing)."""
+    values = {}
+    for line in (text or "").splitlines():
+        line = line.strip()
+        if not line or line.startswith("#") or "=" not in line:
+            continue
+        key, value = line.split("=", 1)
+        value = value.strip()
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
+            value = value[1:-1]
+        values[key.strip()] = value
+    return {"pretty_name": values.get("PRETTY_NAME"), "id": values.get("ID"),
+            "version_id": values.get("VERSION_ID")}
+
+
+def parse_version(text):
+    """First version-looking token of a --version output (``v1.29.3`` -> ``1.29.3``)."""
+    for line in (text or "").splitlines():
+        match = _VERSION.search(line)
+        if match:
+            return match.group(1)
+    return None
+
+
+def _gpu_rows(node, smi):
+    """Run the query; retry without compute_cap on drivers that lack that field.
+
+    The header is kept (``csv,nounits``) so columns are matched by name, not position.
+    """
+    fields = list(QUERY_FIELDS)
+    rc, out, err = node.exec([smi, "--query-gpu=" + ",".join(fields), "--format=csv,nounits"])
+    if rc != 0 and "compute_cap" in (out + err) and "not a valid field" in (out + err):
+        fields.remove("compute_cap")
+        rc, out, err = node.exec([smi, "--query-gpu=" + ",".join(fields), "--format=csv,nounits"])
+    return rc, out, err, fields
+
+
+def gpu_section(node, smi, query_cuda=True):
+    """GPU part of the facts. Raises GpuFactsError when nvidia-smi fails."""
+    facts = {"count": 0, "model": None, "models": [], "memory_mib": None, "mig_mode": None,
+             "driver_version": None, "cuda_version": None, "cuda_source": None, "gpus": [],
+             "reason": None, "nvidia_smi": smi}
+    if smi is None:
+        facts["reason"] = "nvidia-smi not found on PATH"
+        return facts
+    rc, out, err, fields = _gpu_rows(node, smi)
+    if rc != 0:
+        text = (out + "\n" + err).strip()
+        if "No devices were found" in text:
+            facts["reason"] = "nvidia-smi: No devices were found"
+            return facts
+        raise GpuFactsError("%s --query-gpu failed (rc=%s): %s" % (smi, rc, text))
+    parsed = nvidia_smi.parse_query_csv(out)
+    missing = [f for f in fields if f not in parsed["fields"]]
+    if parsed["errors"] or not parsed["header"] or missing:
+        raise GpuFactsError("%s --query-gpu printed output that does not parse (header %s, missing %s): %s"
+                            % (smi, parsed["header"], missing, "; ".join(parsed["errors"]) or out[:200]))
+    gpus = []
+    for row in parsed["rows"]:
+        gpus.append({"index": row.get("index"), "name": row.get("name"), "uuid": row.get("uuid"),
+                     "memory_mib": row.get("memory.total"), "mig_mode": row.get("mig.mode.current"),
+                     "pci_bus_id": row.get("pci.bus_id"), "compute_cap": row.get("compute_cap")})
+    facts["gpus"] = gpus
+    facts.update(nvidia_smi.summarize_gpus(gpus))
+    drivers = sorted(set(r.get("driver_version") for r in parsed["rows"] if r.get("driver_version")))
+    facts["driver_version"] = drivers[0] if drivers else None
+    if query_cuda and gpus:
+        _cuda(node, smi, facts)
+    return facts
+
+
+def _cuda(node, smi, facts):
+    rc, out, err = node.exec([smi])
+    if rc == 0:
+        try:
+            table = nvidia_smi.parse_table(out)
+        except nvidia_smi.NvidiaSmiParseError:
+            table = {}
+        if table.get("cuda_version") and table["cuda_version"] != "N/A":
+            facts["cuda_version"], facts["cuda_source"] = table["cuda_version"], "table"
+            return
+    rc, out, err = node.exec([smi, "-q", "-x"])
+    if rc != 0:
+        raise GpuFactsError("%s -q -x failed (rc=%s): %s" % (smi, rc, (out + "\n" + err).strip()))
+    try:
+        xml = nvidia_smi.parse_xml(out)
+    except nvidia_smi.NvidiaSmiParseError as exc:
+        raise GpuFactsError("%s -q -x: %s" % (smi, exc))
+    if xml.get("cuda_version"):
+        facts["cuda_version"], facts["cuda_source"] = xml["cuda_version"], "xml"
+
+
+def node_section(node):
+    """Kernel, OS, image, container runtimes and agent."""
+    uname = node.uname()
+    facts = {"kernel": {"release": uname.release, "version": uname.version, "machine": uname.machine},
+             "os": parse_os_release(node.read_file("/etc/os-release")),
+             "image_id": None, "container_runtime": None, "container_runtimes": [], "agent": None}
+    for path in IMAGE_ID_FILES:
+        text = node.read_file(path)
+        if text is not None and text.strip():
+            facts["image_id"] = text.strip()
+            break
+    for name, args in RUNTIMES:
+        path = node.which(name)
+        if not path:
+            continue
+        rc, out, err = node.exec([path] + args)
+        version = parse_version(out) if rc == 0 else None
+        facts["container_runtimes"].append({"name": name, "version": version, "path": path})
+    if facts["container_runtimes"]:
+        first = facts["container_runtimes"][0]
+        facts["container_runtime"] = {"name": first["name"], "version": first["version"]}
+    kubelet = node.which("kubelet")
+    if kubelet:
+        rc, out, err = node.exec([kubelet, "--version"])
+        if rc == 0:
+            facts["agent"] = {"kind": "kubelet", "version": parse_version(out)}
+    if facts["agent"] is None and node.which("dpkg-query"):
+        rc, out, err = node.exec(["dpkg-query", "-W", "-f=${Status}|${Version}", "hybridgpu-node-agent"])
+        status, _, version = out.strip().partition("|")
+        if rc == 0 and status.endswith(" installed") and version:
+            facts["agent"] = {"kind": "hybridgpu-node-agent", "version": version}
+    return facts
+
+
+def collect(node, smi_path=None, query_cuda=True):
+    """All facts for one node. ``smi_path`` None means look nvidia-smi up on PATH."""
+    smi = smi_path or node.which("nvidia-smi")
+    facts = gpu_section(node, smi, query_cuda=query_cuda)
+    facts.update(node_section(node))
+    facts["commands_run"] = node.commands
+    return facts
+
+
+def _read_file(path):
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            return handle.read()
+    except (OSError, IOError):
+        return None
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            nvidia_smi_path=dict(type="path"),
+            query_cuda=dict(type="bool", default=True),
+        ),
+        supports_check_mode=True,
+    )
+    smi_path = module.params["nvidia_smi_path"]
+    if smi_path and not os.access(smi_path, os.X_OK):
+        module.fail_json(msg="nvidia_smi_path %s is not an executable file on %s"
+                         % (smi_path, os.uname().nodename))
+
+    def run(argv):
+        return module.run_command(argv, environ_update={"LANG": "C", "LC_ALL": "C"})
+
+    node = NodeAccess(run=run, which=lambda name: module.get_bin_path(name),
+                      read_file=_read_file, uname=os.uname)
+    try:
+        facts = collect(node, smi_path=smi_path, query_cuda=module.params["query_cuda"])
+    except GpuFactsError as exc:
+        module.fail_json(msg="gpu_facts on %s: %s" % (os.uname().nodename, exc))
+    module.exit_json(changed=False, ansible_facts={"hybridgpu_gpu": facts})
+
+
+if __name__ == "__main__":
+    main()
