@@ -20,6 +20,10 @@ def node(name):
     return next(n for n in config.NODES if n["name"] == name)
 
 
+# `lab up` and any extra flags from HGPU_LAB_UP_ARGS (e.g. "--no-k8s").
+UP = ["up", *os.environ.get("HGPU_LAB_UP_ARGS", "").split()]
+
+
 def lab_cmd(*args, timeout=1200):
     return subprocess.run([LAB, *args], capture_output=True, text=True, timeout=timeout)
 
@@ -30,7 +34,7 @@ def lab():
     HGPU_LAB_UP_ARGS passes extra flags (e.g. "--no-k8s")."""
     if os.geteuid() != 0:
         pytest.fail("the lab tests need root (rootful podman)")
-    res = lab_cmd("up", *os.environ.get("HGPU_LAB_UP_ARGS", "").split())
+    res = lab_cmd(*UP)
     assert res.returncode == 0, "lab up failed:\n%s\n%s" % (res.stdout, res.stderr)
     return config
 
