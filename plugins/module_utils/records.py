@@ -1,0 +1,252 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Preflight records: one folder per wave with preflight.json and a self-contained index.html.
+
+The JSON has three blocks: ``verdicts`` (only what decides the review, no timestamps or
+timings, so a rerun with nothing changed gives identical verdicts and digest),
+``details`` (full matrix, probe timing and evidence) and ``run`` (when and where). The
+folder is written into a temporary sibling directory and renamed into place, so a reader
+never sees a half-written folder and a failed write leaves the old records intact.
+"""
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import hashlib
+import html
+import json
+import os
+import re
+import shutil
+import tempfile
+
+SCHEMA_VERSION = 1
+JSON_NAME = "preflight.json"
+HTML_NAME = "index.html"
+
+
+class RecordError(ValueError):
+    pass
+
+
+def canonical(data):
+    return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+
+
+def build_record(wave, matrix, probes=None, direction=None, boundary_status=None,
+                 cidr_overlaps=None, run=None):
+    """Assemble the record dict from the preflight parts; raises RecordError on bad input."""
+    if not isinstance(wave, str) or not re.match(r"^[A-Za-z0-9][A-Za-z0-9._-]*$", wave):
+        raise RecordError("wave: %r must be a simple name (letters, digits, . _ -)" % (wave,))
+    if not isinstance(matrix, dict) or "rows" not in matrix or "wave" not in matrix:
+        raise RecordError("matrix: expected the compat_matrix result (with rows and wave)")
+    probes = probes or []
+    for i, probe in enumerate(probes):
+        if not isinstance(probe, dict) or "id" not in probe or "verdict" not in probe:
+            raise RecordError("probes[%d]: expected an evaluated probe with id and verdict" % i)
+    verdicts = {
+        "matrix": {
+            "rows": [r["id"] for r in matrix["rows"]],
+            "disagreements": list(matrix.get("disagreements", [])),
+            "violations": [{k: v[k] for k in ("rule", "severity", "rows", "nodes", "message")}
+                           for v in matrix.get("violations", [])],
+        },
+        "holds": matrix.get("holds", []),
+        "wave": {"nodes": matrix["wave"]["nodes"], "uncovered_rows": matrix["wave"]["uncovered_rows"]},
+        "boundary": {"status": (boundary_status or {}).get("status", "missing"),
+                     "reasons": (boundary_status or {}).get("reasons", ["no boundary given"])},
+        "paths": {p["id"]: p["verdict"] for p in probes},
+        "connection_direction": {"verdict": (direction or {}).get("verdict", "unverified"),
+                                 "reasons": (direction or {}).get("reasons", [])},
+        "cidr_overlaps": [{"a": o["a"], "b": o["b"], "relation": o["relation"]}
+                          for o in (cidr_overlaps or [])],
+    }
+    record = {
+        "schema_version": SCHEMA_VERSION,
+        "wave": wave,
+        "verdicts": verdicts,
+        "verdicts_digest": hashlib.sha256(canonical(verdicts).encode("ascii")).hexdigest(),
+        "details": {"matrix": matrix, "probes": probes, "boundary": boundary_status or {},
+                    "connection_direction": direction or {}, "cidr_overlaps": cidr_overlaps or []},
+        "run": dict(run or {}),
+    }
+    # Fails early (nothing written) if anything is not JSON-able.
+    try:
+        canonical(record)
+    except (TypeError, ValueError) as exc:
+        raise RecordError("record is not JSON-serialisable: %s" % exc)
+    return record
+
+
+def _fsync_write(path, text):
+    with open(path, "w", encoding="utf-8") as handle:
+        handle.write(text)
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
+def _same_content(folder, record):
+    try:
+        with open(os.path.join(folder, JSON_NAME), encoding="utf-8") as handle:
+            old = json.load(handle)
+    except (IOError, OSError, ValueError):
+        return False
+    old.pop("run", None)
+    new = dict(record)
+    new.pop("run", None)
+    return canonical(old) == canonical(new)
+
+
+def write_records(base_dir, record, force=False, check_mode=False):
+    """Write ``base_dir/<wave>/`` atomically. Returns {'changed', 'path', 'files'}.
+
+    Nothing is rewritten when everything but the ``run`` block is unchanged (unless
+    ``force``). With check_mode nothing is written at all.
+    """
+    target = os.path.join(base_dir, record["wave"])
+    files = [os.path.join(target, JSON_NAME), os.path.join(target, HTML_NAME)]
+    if not force and _same_content(target, record):
+        return {"changed": False, "path": target, "files": files}
+    if check_mode:
+        return {"changed": True, "path": target, "files": files}
+    json_text = json.dumps(record, sort_keys=True, indent=2, ensure_ascii=False) + "\n"
+    html_text = render_html(record)
+    if not os.path.isdir(base_dir):
+        os.makedirs(base_dir)
+    tmp = tempfile.mkdtemp(prefix=".%s.tmp-" % record["wave"], dir=base_dir)
+    old = None
+    try:
+        _fsync_write(os.path.join(tmp, JSON_NAME), json_text)
+        _fsync_write(os.path.join(tmp, HTML_NAME), html_text)
+        os.chmod(tmp, 0o755)
+        if os.path.exists(target):
+            old = tempfile.mkdtemp(prefix=".%s.old-" % record["wave"], dir=base_dir)
+            os.rmdir(old)
+            os.rename(target, old)
+        try:
+            os.rename(tmp, target)
+        except OSError:
+            if old:
+                os.rename(old, target)
+                old = None
+            raise
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    if old:
+        shutil.rmtree(old, ignore_errors=True)
+    return {"changed": True, "path": target, "files": files}
+
+
+_CSS = """
+body{font-family:system-ui,sans-serif;margin:2em;color:#222}
+table{border-collapse:collapse;margin:1em 0}
+th,td{border:1px solid #bbb;padding:.3em .6em;text-align:left;vertical-align:top}
+th{background:#eee}
+td.diff{background:#ffe08a;font-weight:bold}
+th.diff{background:#f5c542}
+.pass{color:#17692c;font-weight:bold}.fail,.unsigned{color:#b00020;font-weight:bold}
+.warn,.unverified,.not_run,.not_derivable{color:#8a5a00;font-weight:bold}
+.signed{color:#17692c;font-weight:bold}
+small{color:#555}
+"""
+
+
+def _e(value):
+    if value is None:
+        return "&mdash;"
+    if isinstance(value, (list, tuple)):
+        return ", ".join(_e(v) for v in value) or "&mdash;"
+    return html.escape(str(value), quote=True)
+
+
+def _cls(word):
+    return re.sub(r"[^a-z_]", "", str(word).lower())
+
+
+def render_html(record):
+    """A self-contained page: inline CSS, no scripts, no external links, all text escaped."""
+    v = record["verdicts"]
+    d = record["details"]
+    matrix = d["matrix"]
+    out = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
+           "<title>Preflight records: wave %s</title>" % _e(record["wave"]),
+           "<style>%s</style></head><body>" % _CSS,
+           "<h1>Preflight records: wave %s</h1>" % _e(record["wave"]),
+           "<p><small>schema %s &middot; verdicts digest <code>%s</code> &middot; run %s</small></p>"
+           % (_e(record["schema_version"]), _e(record["verdicts_digest"]),
+              _e(", ".join("%s=%s" % (k, record["run"][k]) for k in sorted(record["run"])))),
+           "<h2>Hardware and software matrix</h2>",
+           "<p>Highlighted columns disagree across rows; highlighted cells differ from the cloud row.</p>",
+           "<table><tr><th>Row</th><th>Side</th><th>Nodes</th>"]
+    diff_cols = set(matrix.get("disagreements", []))
+    for col in matrix["columns"]:
+        out.append('<th class="%s">%s</th>' % ("diff" if col["id"] in diff_cols else "", _e(col["title"])))
+    out.append("</tr>")
+    for row in matrix["rows"]:
+        out.append("<tr><td>%s</td><td>%s</td><td>%s</td>" % (_e(row["id"]), _e(row["side"]),
+                                                              _e(row["nodes"] or row.get("node_count"))))
+        for col in matrix["columns"]:
+            cls = "diff" if col["id"] in row.get("differs_from_cloud", []) else ""
+            out.append('<td class="%s">%s</td>' % (cls, _e(row["values"].get(col["id"]))))
+        out.append("</tr>")
+    out.append("</table><h3>Version rules</h3><table><tr><th>Rule</th><th>Severity</th>"
+               "<th>Rows</th><th>Nodes</th><th>Finding</th><th>Source</th></tr>")
+    for viol in matrix.get("violations", []):
+        out.append("<tr><td>%s</td><td class=\"%s\">%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s<br>"
+                   "<small>%s</small></td></tr>" % (
+                       _e(viol["rule"]), "fail" if viol["severity"] == "error" else "warn",
+                       _e(viol["severity"]), _e(viol["rows"]), _e(viol["nodes"]), _e(viol["message"]),
+                       _e(viol["citation"]["title"]), _e(viol["citation"]["url"])))
+    if not matrix.get("violations"):
+        out.append('<tr><td colspan="6" class="pass">no rule violated</td></tr>')
+    out.append("</table>")
+    out.append("<h2>Proposed first wave</h2><table><tr><th>Node</th><th>Row</th><th>Purpose</th></tr>")
+    for pick in v["wave"]["nodes"]:
+        out.append("<tr><td>%s</td><td>%s</td><td>%s</td></tr>" % (_e(pick["node"]), _e(pick["row"]),
+                                                                 _e(pick["purpose"])))
+    out.append("</table>")
+    for unc in v["wave"]["uncovered_rows"]:
+        out.append("<p class=\"warn\">Row %s not covered: %s</p>" % (_e(unc["row"]), _e(unc["reason"])))
+    out.append("<h3>Held for a later wave</h3><table><tr><th>Node</th><th>Row</th><th>Reasons</th></tr>")
+    for hold in v["holds"]:
+        out.append("<tr><td>%s</td><td>%s</td><td>%s</td></tr>" % (
+            _e(hold["node"]), _e(hold["row"]),
+            "<br>".join("%s: %s" % (_e(r["reason"]), _e(r["detail"])) for r in hold["reasons"])))
+    if not v["holds"]:
+        out.append('<tr><td colspan="3">none</td></tr>')
+    out.append("</table>")
+    out.append("<h2>Network paths</h2><p>Connection direction: <span class=\"%s\">%s</span> &mdash; %s</p>"
+               % (_cls(v["connection_direction"]["verdict"]), _e(v["connection_direction"]["verdict"]),
+                  _e("; ".join(v["connection_direction"]["reasons"]))))
+    out.append("<table><tr><th>Probe</th><th>From</th><th>To</th><th>Proto/port</th><th>Expected</th>"
+               "<th>Observed</th><th>Result</th><th>Time (ms)</th><th>Evidence</th></tr>")
+    for probe in d["probes"]:
+        out.append("<tr><td>%s</td><td>%s</td><td>%s (%s)</td><td>%s/%s</td><td>%s</td><td>%s</td>"
+                   "<td class=\"%s\">%s</td><td>%s</td><td>%s</td></tr>" % (
+                       _e(probe["id"]), _e(probe.get("source")), _e(probe.get("destination")),
+                       _e(probe.get("address")), _e(probe.get("protocol")), _e(probe.get("port")),
+                       _e(probe.get("expected")), _e(probe.get("observed")), _cls(probe["verdict"]),
+                       _e(probe["verdict"]), _e(probe.get("elapsed_ms")),
+                       _e(probe.get("evidence") or probe.get("not_derivable"))))
+    out.append("</table>")
+    if v["cidr_overlaps"]:
+        out.append("<h3>Overlapping address ranges</h3><table><tr><th>On-prem / first</th>"
+                   "<th>Other</th><th>Relation</th></tr>")
+        for pair in v["cidr_overlaps"]:
+            out.append("<tr><td>%s %s</td><td>%s %s</td><td class=\"fail\">%s</td></tr>" % (
+                _e(pair["a"]["name"]), _e(pair["a"]["cidr"]), _e(pair["b"]["name"]),
+                _e(pair["b"]["cidr"]), _e(pair["relation"])))
+        out.append("</table>")
+    bnd = v["boundary"]
+    out.append("<h2>Access boundary</h2><p>Status: <span class=\"%s\">%s</span> %s</p>"
+               % (_cls(bnd["status"]), _e(bnd["status"]), _e("; ".join(bnd["reasons"]))))
+    details = d["boundary"]
+    if details:
+        out.append("<p><small>security owner %s &middot; signer %s &middot; signed %s &middot; expires %s "
+                   "&middot; verification %s</small></p>" % (
+                       _e(details.get("security_owner")), _e(details.get("signer")),
+                       _e(details.get("signed_at")), _e(details.get("expires")),
+                       _e(details.get("verification"))))
+    out.append("</body></html>\n")
+    return "\n".join(out)
