@@ -1,7 +1,7 @@
 """Every real sample of each tool parses to its expected values (tests/unit/parsers/expected)."""
 import pytest
 
-from ansible_collections.hybridgpu.fleet.plugins.module_utils import nccl
+from ansible_collections.hybridgpu.fleet.plugins.module_utils import chrony, nccl, timedatectl
 
 import realsamples
 
@@ -14,6 +14,8 @@ def _nccl(text, args):
 
 PARSERS = {
     "nccl-tests": _nccl,
+    "chrony": lambda text, args: chrony.parse_tracking(text),
+    "timedatectl": lambda text, args: timedatectl.parse(text),
 }
 
 
