@@ -1,0 +1,154 @@
+"""Property test: random fault schedules against the protocol with the in-memory backends.
+
+Checked at every step: no job runs on both sides at once, at most one commit per job ID, no job
+whose output was committed also ran locally, one cloud Job per attempt, attempts under the cap.
+After the faults stop and the world settles: every job is finished (committed once) or back in the
+local queue and run there, and its trace explains it.
+"""
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow import backends as b
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow import protocol as p
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow.protocol import Dispatcher
+
+from ovf_world import INPUTS, Ids, World
+
+JOBS = ["job-a", "job-b"]
+MAX_ATTEMPTS = 3
+
+job = st.sampled_from(JOBS)
+action = st.one_of(
+    # the protocol's own moves appear more often than faults so that schedules get deep
+    st.tuples(st.sampled_from(["dispatch_policy", "dispatch_operator", "step", "step", "step", "sched_start",
+                               "sched_finish", "cloud_advance", "cloud_advance", "cloud_advance", "node_lost",
+                               "operator_return", "second_commit", "second_commit",
+                               "gpus_free_at_dispatch", "cloud_finish_and_step"]), job),
+    st.tuples(st.sampled_from(["link_down", "link_up", "drop_response", "reject_quota", "interrupt_transfer",
+                               "corrupt_result", "fail_return"]), st.just(None)),
+)
+
+
+class Sim(object):
+    def __init__(self):
+        self.w = World(max_attempts=MAX_ATTEMPTS)
+        ids = Ids()
+        self.w.disp.new_id = ids
+        self.operator = Dispatcher(self.w.local, self.w.cloud, self.w.stager, self.w.tracker, "operator",
+                                   actor="operator", max_attempts=MAX_ATTEMPTS, id_factory=ids)
+        for j in JOBS:
+            self.w.add(j)
+        self.second_commit_tries = 0
+
+    def do(self, name, j, data):
+        w = self.w
+        if name == "dispatch_policy":
+            w.disp.dispatch(j, "small-input", {}, INPUTS)
+        elif name == "dispatch_operator":
+            self.operator.dispatch(j, "large-input", {}, INPUTS)
+        elif name == "step":
+            w.disp.step(j)
+        elif name == "sched_start":
+            w.local.start(j)
+        elif name == "sched_finish":
+            w.local.finish(j)
+        elif name == "cloud_advance":
+            w.cloud.advance(j)
+        elif name == "cloud_finish_and_step":
+            w.cloud.advance(j)
+            w.cloud.advance(j)
+            w.disp.step(j)
+        elif name == "node_lost":
+            w.cloud.lose_node(j)
+        elif name == "operator_return":
+            self.operator.return_to_local(j, who="operator:drill")
+        elif name == "second_commit":
+            c = w.tracker.commit_of(j)
+            if c is not None:
+                attempts = [a["attempt_id"] for a in w.tracker.attempts(j)]
+                pick = data.draw(st.sampled_from(attempts))
+                v = w.tracker.commit(j, pick, "sha256:dup", "drill")
+                assert not v["committed"]
+                self.second_commit_tries += 1
+        elif name == "gpus_free_at_dispatch":
+            w.local.started_on_hold.add(j)
+        elif name == "link_down":
+            w.cloud.link_down = True
+        elif name == "link_up":
+            w.cloud.link_down = False
+        elif name == "drop_response":
+            w.cloud.drop_responses += 1
+        elif name == "reject_quota":
+            w.cloud.reject_next += 1
+        elif name == "interrupt_transfer":
+            w.stager.interrupt_next += 1
+        elif name == "corrupt_result":
+            w.stager.corrupt_next += 1
+        elif name == "fail_return":
+            w.stager.fail_return_next += 1
+
+    def check(self):
+        w = self.w
+        created = [att for _, att in w.cloud.creations]
+        assert len(created) == len(set(created)), "an attempt created two cloud Jobs"
+        started_locally = {jid for jid, what in w.local.history if what == "started"}
+        for j in JOBS:
+            assert not w.both_sides(j), "%s runs on both sides" % j
+            assert w.tracker.commit_count(j) <= 1
+            if w.tracker.commit_count(j):
+                assert j not in started_locally, "%s committed from the cloud and also ran locally" % j
+            cloud_attempts = [a for a in w.tracker.attempts(j) if a["cloud_name"]]
+            assert len(cloud_attempts) <= MAX_ATTEMPTS
+
+    def settle(self):
+        w = self.w
+        w.cloud.link_down = False
+        w.cloud.drop_responses = w.cloud.reject_next = 0
+        w.stager.interrupt_next = w.stager.corrupt_next = w.stager.fail_return_next = 0
+        w.local.started_on_hold.clear()
+        for _ in range(30):
+            for j in JOBS:
+                w.cloud.advance(j)
+                w.disp.step(j)
+                self.check()
+                if w.local.state(j) == b.Q_QUEUED:
+                    w.local.start(j)
+                elif w.local.state(j) == b.Q_RUNNING:
+                    w.local.finish(j)
+                self.check()
+
+    def final(self):
+        w = self.w
+        for j in JOBS:
+            trace = w.tracker.trace(j) if w.tracker.job(j) else None
+            local = w.local.state(j)
+            live = w.cloud.live(j)
+            assert not live, "%s still has a live cloud Job after settling" % j
+            if w.tracker.commit_count(j) == 1:
+                assert trace["job"]["state"] == p.J_FINISHED
+                assert local == b.Q_WITHDRAWN
+                assert trace["verdict"]["cloud_resources_in_use"] == []
+            else:
+                # not lost: it went back to the local queue and ran there
+                assert local == b.Q_DONE, "%s is %s locally with no commit" % (j, local)
+                if trace is not None:
+                    assert trace["job"]["state"] in (p.J_BACK_LOCAL, p.J_LOCAL_RUNNING, p.J_QUEUED, p.J_GONE)
+                    assert trace["verdict"]["cloud_resources_in_use"] == []
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(actions=st.lists(action, min_size=20, max_size=120), data=st.data())
+def test_random_fault_schedules_keep_exactly_once(actions, data):
+    sim = Sim()
+    try:
+        for name, j in actions:
+            sim.do(name, j, data)
+            sim.check()
+        sim.settle()
+        sim.final()
+        # a second commit after settling, by a drawn attempt, is refused too
+        for j in JOBS:
+            sim.do("second_commit", j, data)
+        sim.check()
+    finally:
+        sim.w.tracker.close()
