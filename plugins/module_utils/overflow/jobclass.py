@@ -1,0 +1,142 @@
+# -*- coding: utf-8 -*-
+"""Job classes for the overflow rule, read from YAML and validated.
+
+File layout:
+    defaults:                  # optional, shared by all classes; a class may override any of them
+      link_bps: 5Gbps          # effective (sustained) link to cloud storage
+      dispatch: 10min
+      cloud_queue_wait: 15min
+    classes:
+      small-input:
+        input_size: 20GB
+        output_size: 2GB
+        image_size: 12GB
+        typical_runtime: 2h
+        data_may_leave_site: true
+        gpu_type: NVIDIA A100-SXM4-80GB
+        gpus: 1
+        queue_wait_threshold: 30min
+Errors name the file and the field; unknown keys are rejected.
+"""
+from __future__ import annotations
+
+from . import timemodel as tm
+
+# field -> (kind, required)
+CLASS_FIELDS = {
+    "description": ("str", False),
+    "input_size": ("size", True),
+    "output_size": ("size", True),
+    "image_size": ("size", True),
+    "typical_runtime": ("duration", True),
+    "data_may_leave_site": ("bool", True),
+    "gpu_type": ("str", True),
+    "gpus": ("posint", False),
+    "queue_wait_threshold": ("duration", True),
+    "cloud_runtime": ("duration", False),
+    "inputs_in_cloud": ("bool", False),
+    "image_cached": ("bool", False),
+    "min_gain": ("duration", False),
+}
+DEFAULT_FIELDS = {
+    "link_bps": ("rate", True),
+    "return_link_bps": ("rate", False),
+    "dispatch": ("duration", False),
+    "cloud_queue_wait": ("duration", False),
+    "startup": ("duration", False),
+}
+BUILTIN = {"dispatch": 0.0, "cloud_queue_wait": 0.0, "startup": 0.0, "gpus": 1, "inputs_in_cloud": False,
+           "image_cached": True, "min_gain": 0.0}
+
+
+class JobClassError(ValueError):
+    """Invalid job class file. `errors` lists every problem found."""
+
+    def __init__(self, errors):
+        super(JobClassError, self).__init__("; ".join(errors))
+        self.errors = errors
+
+
+def _convert(kind, value):
+    if kind == "size":
+        return tm.parse_size(value)
+    if kind == "rate":
+        return tm.parse_rate(value)
+    if kind == "duration":
+        return tm.parse_duration(value)
+    if kind == "bool":
+        if not isinstance(value, bool):
+            raise ValueError("must be true or false, not %r" % (value,))
+        return value
+    if kind == "posint":
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError("must be a whole number of at least 1, not %r" % (value,))
+        return value
+    if not isinstance(value, str) or not value:
+        raise ValueError("must be a non-empty string, not %r" % (value,))
+    return value
+
+
+def _read_block(source, where, block, fields, errors, require=True):
+    out = {}
+    if not isinstance(block, dict):
+        errors.append("%s: %s: must be a mapping" % (source, where))
+        return out
+    for key in block:
+        if key not in fields:
+            errors.append("%s: %s.%s: unknown key (allowed: %s)" % (source, where, key, ", ".join(sorted(fields))))
+    for key, (kind, required) in fields.items():
+        if key not in block:
+            if required and require:
+                errors.append("%s: %s.%s: required" % (source, where, key))
+            continue
+        try:
+            out[key] = _convert(kind, block[key])
+        except ValueError as exc:
+            errors.append("%s: %s.%s: %s" % (source, where, key, exc))
+    return out
+
+
+def validate(data, source="<job classes>"):
+    """Validate parsed YAML. Returns {class name: resolved settings (bytes, seconds, bit/s)}."""
+    errors = []
+    if not isinstance(data, dict):
+        raise JobClassError(["%s: top level must be a mapping with 'classes'" % source])
+    for key in data:
+        if key not in ("defaults", "classes"):
+            errors.append("%s: %s: unknown key (allowed: classes, defaults)" % (source, key))
+    defaults = {}
+    if "defaults" in data:
+        defaults = _read_block(source, "defaults", data["defaults"], DEFAULT_FIELDS, errors, require=False)
+    classes = data.get("classes")
+    if not isinstance(classes, dict) or not classes:
+        errors.append("%s: classes: required, a mapping of class name to settings" % source)
+        raise JobClassError(errors)
+    resolved = {}
+    for name, block in classes.items():
+        where = "classes.%s" % name
+        fields = dict(CLASS_FIELDS)
+        fields.update({k: (kind, False) for k, (kind, _) in DEFAULT_FIELDS.items()})
+        own = _read_block(source, where, block, fields, errors)
+        merged = dict(BUILTIN)
+        merged.update(defaults)
+        merged.update(own)
+        if "link_bps" not in merged:
+            errors.append("%s: %s.link_bps: required (here or in defaults)" % (source, where))
+        merged["name"] = str(name)
+        merged["restricted"] = not merged.get("data_may_leave_site", False)
+        resolved[str(name)] = merged
+    if errors:
+        raise JobClassError(errors)
+    return resolved
+
+
+def load(path):
+    """Read and validate a job class YAML file."""
+    import yaml
+    try:
+        with open(path) as fh:
+            data = yaml.safe_load(fh)
+    except (OSError, yaml.YAMLError) as exc:
+        raise JobClassError(["%s: cannot read: %s" % (path, exc)])
+    return validate(data, source=path)
