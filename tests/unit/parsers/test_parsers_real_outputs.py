@@ -1,7 +1,7 @@
 """Every real sample of each tool parses to its expected values (tests/unit/parsers/expected)."""
 import pytest
 
-from ansible_collections.hybridgpu.fleet.plugins.module_utils import chrony, nccl, timedatectl
+from ansible_collections.hybridgpu.fleet.plugins.module_utils import chrony, nccl, ping, timedatectl, tracepath
 
 import realsamples
 
@@ -16,6 +16,8 @@ PARSERS = {
     "nccl-tests": _nccl,
     "chrony": lambda text, args: chrony.parse_tracking(text),
     "timedatectl": lambda text, args: timedatectl.parse(text),
+    "ping-mtu": lambda text, args: ping.parse(text),
+    "tracepath": lambda text, args: tracepath.parse(text),
 }
 
 

@@ -1,0 +1,144 @@
+# -*- coding: utf-8 -*-
+# Copyright: contributors to hybridgpu.fleet
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Parser for DF ("don't fragment") ping output used to probe the path MTU.
+
+Linux iputils ``ping -M do -s SIZE`` (old ``icmp_req=`` and new ``icmp_seq=``) and
+Windows ``ping -f -l SIZE``. Pure Python 3 standard library.
+
+Verdicts:
+  ``ok``           replies came back (also when they were cut short, see ``truncated``);
+  ``frag_needed``  a router answered "Frag needed and DF set (mtu = N)" (``mtu`` = the
+                   smallest N), or Windows said "Packet needs to be fragmented but DF set."
+                   (``mtu`` None: Windows does not say);
+  ``local_error``  the sender refused before sending: "local error: message too long,
+                   mtu=N" or "sendmsg: Message too long" (``mtu`` N or None);
+  ``blackhole``    probes were sent and none came back, and no frag-needed was seen;
+  ``unknown``      nothing to judge (no reply, no statistics, no error).
+"""
+
+from __future__ import annotations
+
+import re
+
+__all__ = ["parse"]
+
+_HEADER = re.compile(r"^PING\s+(\S+)\s+\(([^)]+)\)\s+(\d+)\((\d+)\)\s+bytes of data")
+_WIN_HEADER = re.compile(r"^Pinging\s+(\S+)(?:\s+\[([^\]]+)\])?\s+with\s+(\d+)\s+bytes of data")
+_REPLY = re.compile(
+    r"^(\d+)\s+bytes from\s+(.+?):\s+icmp_(?:seq|req)=(\d+)\s+ttl=(\d+)(?:\s+time=([\d.]+)\s*ms)?(.*)$")
+_WIN_REPLY = re.compile(r"^Reply from\s+(\S+):\s+bytes=(\d+)\s+time[=<]([\d.]+)ms\s+TTL=(\d+)", re.I)
+_FRAG = re.compile(r"^From\s+(\S+)\s+icmp_(?:seq|req)=(\d+)\s+Frag needed and DF set\s*\(mtu\s*=\s*(\d+)\)")
+_LOCAL = re.compile(r"^ping:\s+local error:\s+(.*?)(?:,\s*mtu=(\d+))?\s*$")
+_SENDMSG = re.compile(r"^ping:\s+sendmsg:\s+(.*)$")
+_STATS = re.compile(
+    r"^(\d+)\s+packets transmitted,\s+(\d+)\s+received(?:,\s+\+(\d+)\s+errors)?"
+    r"(?:,\s+([\d.]+)%\s+packet loss)?(?:,\s+time\s+(\d+)ms)?")
+_RTT = re.compile(r"^(?:rtt|round-trip)\s+min/avg/max(?:/mdev|/stddev)?\s*=\s*([\d.]+)/([\d.]+)/([\d.]+)(?:/([\d.]+))?\s*ms")
+_WIN_DF = "Packet needs to be fragmented but DF set."
+
+
+def parse(text):
+    """Parse one DF ping run.
+
+    Returns a dict: platform ("linux"/"windows"), target, address, payload_size (the -s/-l
+    size), packet_size (IP packet size printed in parentheses, Linux), replies
+    ([{bytes, source, seq, ttl, time_ms, truncated}]), frag_needed ([{source, seq, mtu}]),
+    local_errors ([{message, mtu}]), transmitted, received, errors_count, loss_percent
+    (as printed, or computed when transmitted > 0), time_ms, rtt ({min, avg, max, mdev} ms
+    or None), interrupted (``^C`` seen), truncated (any reply cut short), verdict, mtu,
+    unparsed (lines not understood).
+    """
+    result = {"platform": None, "target": None, "address": None, "payload_size": None,
+              "packet_size": None, "replies": [], "frag_needed": [], "local_errors": [],
+              "windows_df_error": False, "transmitted": None, "received": None,
+              "errors_count": None, "loss_percent": None, "time_ms": None, "rtt": None,
+              "interrupted": False, "truncated": False, "verdict": "unknown", "mtu": None,
+              "unparsed": []}
+    for raw in (text or "").replace("\r\n", "\n").split("\n"):
+        line = raw.strip()
+        if not line:
+            continue
+        m = _HEADER.match(line)
+        if m:
+            result.update(platform="linux", target=m.group(1), address=m.group(2),
+                          payload_size=int(m.group(3)), packet_size=int(m.group(4)))
+            continue
+        m = _WIN_HEADER.match(line)
+        if m:
+            result.update(platform="windows", target=m.group(1), address=m.group(2) or m.group(1),
+                          payload_size=int(m.group(3)))
+            continue
+        m = _REPLY.match(line)
+        if m:
+            tail = m.group(6) or ""
+            result["replies"].append({
+                "bytes": int(m.group(1)), "source": m.group(2), "seq": int(m.group(3)),
+                "ttl": int(m.group(4)), "time_ms": float(m.group(5)) if m.group(5) else None,
+                "truncated": "(truncated)" in tail})
+            continue
+        m = _WIN_REPLY.match(line)
+        if m:
+            result["replies"].append({"bytes": int(m.group(2)), "source": m.group(1), "seq": None,
+                                      "ttl": int(m.group(4)), "time_ms": float(m.group(3)),
+                                      "truncated": False})
+            continue
+        m = _FRAG.match(line)
+        if m:
+            result["frag_needed"].append({"source": m.group(1), "seq": int(m.group(2)),
+                                          "mtu": int(m.group(3))})
+            continue
+        m = _LOCAL.match(line)
+        if m:
+            result["local_errors"].append({"message": m.group(1),
+                                           "mtu": int(m.group(2)) if m.group(2) else None})
+            continue
+        m = _SENDMSG.match(line)
+        if m:
+            result["local_errors"].append({"message": "sendmsg: " + m.group(1), "mtu": None})
+            continue
+        if line == _WIN_DF:
+            result["windows_df_error"] = True
+            continue
+        if line == "^C":
+            result["interrupted"] = True
+            continue
+        m = _STATS.match(line)
+        if m:
+            result["transmitted"], result["received"] = int(m.group(1)), int(m.group(2))
+            result["errors_count"] = int(m.group(3)) if m.group(3) else 0
+            if m.group(4) is not None:
+                result["loss_percent"] = float(m.group(4))
+            elif result["transmitted"]:
+                result["loss_percent"] = 100.0 * (result["transmitted"] - result["received"]) / result["transmitted"]
+            result["time_ms"] = int(m.group(5)) if m.group(5) else None
+            continue
+        m = _RTT.match(line)
+        if m:
+            result["rtt"] = {"min": float(m.group(1)), "avg": float(m.group(2)), "max": float(m.group(3)),
+                             "mdev": float(m.group(4)) if m.group(4) else None}
+            continue
+        if line.startswith("---") and line.endswith("statistics ---"):
+            continue
+        result["unparsed"].append(line)
+    result["truncated"] = any(r["truncated"] for r in result["replies"])
+    _verdict(result)
+    return result
+
+
+def _verdict(result):
+    frag = [f["mtu"] for f in result["frag_needed"]]
+    local = [e["mtu"] for e in result["local_errors"]]
+    if frag:
+        result["verdict"], result["mtu"] = "frag_needed", min(frag)
+    elif result["windows_df_error"]:
+        result["verdict"], result["mtu"] = "frag_needed", None
+    elif result["local_errors"]:
+        known = [m for m in local if m is not None]
+        result["verdict"], result["mtu"] = "local_error", (min(known) if known else None)
+    elif result["replies"] or (result["received"] or 0) > 0:
+        result["verdict"] = "ok"
+    elif (result["transmitted"] or 0) > 0:
+        result["verdict"] = "blackhole"
+    else:
+        result["verdict"] = "unknown"
