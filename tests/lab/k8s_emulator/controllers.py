@@ -26,7 +26,7 @@ def _cond(obj, ctype):
     return None
 
 
-def _set_cond(obj, ctype, status, reason="", message="", heartbeat=False):
+def _set_cond(obj, ctype, status, reason="", message="", heartbeat=False, full=False):
     """Set a condition; return True when something meaningful changed."""
     conds = obj.setdefault("status", {}).setdefault("conditions", [])
     now = now_rfc3339()
@@ -35,10 +35,10 @@ def _set_cond(obj, ctype, status, reason="", message="", heartbeat=False):
             and cur.get("message", "") == message:
         return False
     new = {"type": ctype, "status": status, "lastTransitionTime": now}
-    if reason:
+    if reason or full:
         new["reason"] = reason
-    if message:
-        new["message"] = message
+    if message or full:
+        new["message"] = message  # metav1.Condition (full=True) requires both
     if heartbeat:
         new["lastProbeTime"] = now
     if cur is not None:
@@ -474,8 +474,8 @@ class Controllers:
                        "observedGeneration": pdb["metadata"].get("generation", 1)})
             st.pop("disruptedPods", None)
             if allowed > 0:
-                _set_cond(new, "DisruptionAllowed", "True", "SufficientPods")
+                _set_cond(new, "DisruptionAllowed", "True", "SufficientPods", "", full=True)
             else:
-                _set_cond(new, "DisruptionAllowed", "False", "InsufficientPods")
+                _set_cond(new, "DisruptionAllowed", "False", "InsufficientPods", "", full=True)
             if new != pdb:
                 self.store.put_internal(PDBS, new)

@@ -73,7 +73,10 @@ class Handler(BaseHTTPRequestHandler):
         self._user = "-"
         emu = self.server.emulator
         try:
-            code, body, ctype = emu.dispatch(self, self._read_body)
+            # Always drain the body first: an early error must not leave it on the
+            # keep-alive connection.
+            raw = self._read_body()
+            code, body, ctype = emu.dispatch(self, lambda: raw)
             self._send(code, body, ctype or "application/json")
         except ApiError as exc:
             self._send(exc.code, exc.status())
