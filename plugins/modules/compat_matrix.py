@@ -1,0 +1,165 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+module: compat_matrix
+short_description: Build the preflight hardware and software matrix
+version_added: "0.1.0"
+description:
+  - Groups owned nodes into rows by their distinguishing columns (GPU model, count, memory,
+    MIG mode, driver branch, highest CUDA, OS, kernel, container runtime, kubelet/agent version),
+    appends the cloud side as the last row, and marks the columns that disagree.
+  - Applies version rules with vendor citations, the minimum driver for the job image's CUDA
+    version, kubelet vs API server skew, and OS image mismatch against the cloud row.
+  - Proposes the first validation wave (one unheld node per owned row plus a rehearsal spare)
+    and lists nodes held for a later wave with their reasons.
+  - Pure computation on the control host; it changes nothing.
+options:
+  nodes:
+    description:
+      - Per-node facts as returned by C(hybridgpu.fleet.gpu_facts), one dict per node with
+        C(hostname), C(side) (V(owned) or V(cloud)), C(gpu) (C(model), C(count), C(memory_mib),
+        C(mig_mode)), C(driver_version), C(cuda_version), C(kernel), C(os) (C(id), C(version_id),
+        C(pretty)), C(image_id), C(container_runtime), C(agent_version).
+    type: list
+    elements: dict
+    required: true
+  cloud:
+    description:
+      - Declared cloud values, used when no cloud node facts are given and to fill what the
+        facts lack. Keys C(name), C(data_centre), C(kubernetes_version), C(node_count),
+        C(os_image) (default V(Ubuntu 22.04 x86_64)), C(worker_spec) (C(gpu_model) default
+        V(NVIDIA H200), C(gpu_count), C(gpu_memory_mib), C(driver_version), C(cuda_version)).
+    type: dict
+    default: {}
+  job_image_cuda:
+    description: CUDA version the job image was built against, for example V(12.4).
+    type: str
+  api_server_versions:
+    description: kube-apiserver version per side, keys V(owned) and V(cloud). Owned rows fall back to the cloud version.
+    type: dict
+    default: {}
+  holds:
+    description:
+      - Hold markers per node name, each a dict of C(air_gapped), C(shared_non_ai_production)
+        (true holds the node) and C(security_signoff) (false holds the node).
+    type: dict
+    default: {}
+  boundary_status:
+    description: The C(status) result of M(hybridgpu.fleet.access_boundary); unsigned holds the nodes it covers.
+    type: dict
+  max_generation_distance:
+    description: Most GPU architecture generations an owned row may be from the cloud row before its nodes are held.
+    type: int
+    default: 2
+  cuda_compat:
+    description:
+      - V(strict) needs the toolkit's own minimum driver. V(minor_compat) accepts a driver that only
+        meets the CUDA minor version compatibility floor, reported as a warning.
+    type: str
+    choices: [strict, minor_compat]
+    default: strict
+  cuda_driver_table:
+    description: Extra or overriding rows, C(major.minor) to minimum driver version, for example V(12.4) to V(550.54.15).
+    type: dict
+    default: {}
+  fail_on_violation:
+    description: Fail the task when a rule of severity error is violated.
+    type: bool
+    default: false
+attributes:
+  check_mode:
+    support: full
+    description: Computes only; the same result in check mode.
+  diff_mode:
+    support: none
+author:
+  - hybridgpu.fleet maintainers
+"""
+
+EXAMPLES = r"""
+- name: Build the matrix from gathered facts
+  hybridgpu.fleet.compat_matrix:
+    nodes: "{{ groups['all'] | map('extract', hostvars, 'hgpu_gpu_facts') | list }}"
+    cloud:
+      data_centre: us-west-1
+      kubernetes_version: "1.31.2"
+      node_count: 2
+    job_image_cuda: "12.4"
+    api_server_versions: {cloud: "1.31.2"}
+    boundary_status: "{{ boundary.status }}"
+  delegate_to: localhost
+  run_once: true
+  register: matrix
+"""
+
+RETURN = r"""
+matrix:
+  description: The matrix. Keys schema_version, columns, rows (cloud last), disagreements, inputs, checks, violations, holds, wave.
+  returned: success
+  type: dict
+  sample:
+    disagreements: [gpu_model, driver_branch]
+    violations:
+      - rule: cuda-driver-minimum
+        severity: error
+        rows: [a100-535]
+        nodes: [owned-a100-1, owned-a100-2]
+        message: driver 535.230.02 is older than 550.54.14 required by CUDA 12.4
+        citation: {title: "NVIDIA CUDA Toolkit Release Notes ...", url: "https://docs.nvidia.com/cuda/cuda-toolkit-release-notes/index.html"}
+    wave:
+      nodes: [{node: owned-a100-1, row: a100-535, purpose: row_representative}]
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.hybridgpu.fleet.plugins.module_utils import matrix as m
+
+
+def run(params):
+    """Module logic without Ansible: returns (result, failure_message_or_None)."""
+    result = m.build(
+        params["nodes"], cloud=params.get("cloud") or {}, job_image_cuda=params.get("job_image_cuda"),
+        api_server_versions=params.get("api_server_versions") or {}, holds=params.get("holds") or {},
+        boundary_status=params.get("boundary_status"),
+        max_generation_distance=params.get("max_generation_distance", 2),
+        cuda_compat=params.get("cuda_compat", "strict"),
+        cuda_driver_table=params.get("cuda_driver_table") or {})
+    errors = [v for v in result["violations"] if v["severity"] == "error"]
+    if params.get("fail_on_violation") and errors:
+        return result, "version rules violated: " + "; ".join(
+            "%s on %s: %s" % (v["rule"], ",".join(v["rows"]), v["message"]) for v in errors)
+    return result, None
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            nodes=dict(type="list", elements="dict", required=True),
+            cloud=dict(type="dict", default={}),
+            job_image_cuda=dict(type="str"),
+            api_server_versions=dict(type="dict", default={}),
+            holds=dict(type="dict", default={}),
+            boundary_status=dict(type="dict"),
+            max_generation_distance=dict(type="int", default=2),
+            cuda_compat=dict(type="str", choices=["strict", "minor_compat"], default="strict"),
+            cuda_driver_table=dict(type="dict", default={}),
+            fail_on_violation=dict(type="bool", default=False),
+        ),
+        supports_check_mode=True,
+    )
+    try:
+        result, failure = run(module.params)
+    except m.MatrixError as exc:
+        module.fail_json(msg="compat_matrix: bad input: %s" % exc)
+    if failure:
+        module.fail_json(msg=failure, matrix=result)
+    module.exit_json(changed=False, matrix=result)
+
+
+if __name__ == "__main__":
+    main()
