@@ -11,7 +11,7 @@ pytestmark = pytest.mark.lab
 
 
 def container_ids():
-    out = subprocess.run(["podman", "ps", "-a", "--filter", "label=io.hybridgpu.lab=1",
+    out = subprocess.run(["podman", "ps", "-a", "--filter", "label=" + config.NODE_LABEL_KEY,
                           "--format", "json"], capture_output=True, text=True, check=True).stdout
     return {c["Names"][0]: (c["Id"], c["State"]) for c in json.loads(out)}
 

@@ -98,6 +98,15 @@ def down(args):
     return 0
 
 
+def image_cmd(args):
+    """Host prerequisites and the node image only (for Molecule: localhost/hgpu-lab-node:latest)."""
+    t0 = time.monotonic()
+    host.ensure_host()
+    ref, built = image.ensure_images()
+    log("node image %s (%s, :latest) in %.1fs" % (ref, "built" if built else "cached", time.monotonic() - t0))
+    return 0
+
+
 def status(args):
     ok = True
     print("network %s: %s" % (config.NETWORK, "present" if nodes.network_exists() else "absent"))
@@ -142,12 +151,13 @@ def main(argv=None):
     d = sub.add_parser("down", help="remove containers, network and emulator processes")
     d.add_argument("--purge", action="store_true", help="also remove cached images and the whole lab dir")
     sub.add_parser("status", help="show nodes, emulators and Node readiness")
+    sub.add_parser("image", help="host prerequisites + node image only (tagged %s:latest)" % config.NODE_IMAGE)
     args = p.parse_args(argv)
     if os.geteuid() != 0:
         print("lab: must run as root (rootful podman, apt)", file=sys.stderr)
         return 2
     try:
-        return {"up": up, "down": down, "status": status}[args.cmd](args)
+        return {"up": up, "down": down, "status": status, "image": image_cmd}[args.cmd](args)
     except LabError as exc:
         print("[lab] ERROR: %s" % exc, file=sys.stderr, flush=True)
         return 1

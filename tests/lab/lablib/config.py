@@ -15,7 +15,11 @@ SUITE = "bookworm"
 MIRROR = "http://deb.debian.org/debian"
 BASE_IMAGE = "localhost/hgpu-lab-base"
 NODE_IMAGE = "localhost/hgpu-lab-node"
-LABEL = "io.hybridgpu.lab=1"
+# Image label (inherited by any container made from the image, e.g. Molecule's).
+IMAGE_LABEL = "io.hybridgpu.lab.image=1"
+# Set only on the lab's own node containers and network at creation; `lab down` removes
+# exactly the containers that carry it.
+NODE_LABEL_KEY = "io.hybridgpu.lab.node"
 
 # Matrix rows: what the GPU stand-ins report and which driver branch a node gets.
 ROWS = {

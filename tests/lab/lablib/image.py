@@ -19,7 +19,7 @@ def base_key():
 
 
 def node_key():
-    return hash_files([config.IMAGE_SRC], base_key().encode())
+    return hash_files([config.IMAGE_SRC], (base_key() + config.IMAGE_LABEL).encode())
 
 
 def base_ref():
@@ -60,10 +60,23 @@ def _rootfs_tar():
     return tar
 
 
+def _image_id(ref):
+    res = run(["podman", "image", "inspect", "--format", "{{.Id}}", ref], check=False)
+    return res.stdout.strip() if res.returncode == 0 else None
+
+
+def tag_latest(ref):
+    """Point NODE_IMAGE:latest (what Molecule scenarios use) at the current node image."""
+    latest = config.NODE_IMAGE + ":latest"
+    if _image_id(latest) != _image_id(ref):
+        run(["podman", "tag", ref, latest])
+
+
 def ensure_images():
-    """Make sure the node image exists; return (ref, built: bool)."""
+    """Make sure the node image exists and is tagged :latest; return (ref, built: bool)."""
     ref = node_ref()
     if image_exists(ref):
+        tag_latest(ref)
         return ref, False
     base = base_ref()
     if not image_exists(base):
@@ -72,9 +85,19 @@ def ensure_images():
         run(["podman", "import", tar, base], timeout=600)
     log("building node image " + ref)
     run(["podman", "build", "--network", "none", "--build-arg", "BASE=" + base,
-         "--label", config.LABEL, "-t", ref, "-f",
+         "--label", config.IMAGE_LABEL, "-t", ref, "-f",
          os.path.join(config.IMAGE_SRC, "Containerfile"), config.IMAGE_SRC], timeout=600)
+    tag_latest(ref)
+    _drop_stale(ref)
     return ref, True
+
+
+def _drop_stale(ref):
+    """Untag older node images (those still used by a container stay: no -f)."""
+    res = run(["podman", "images", "--format", "{{.Repository}}:{{.Tag}}", config.NODE_IMAGE], check=False)
+    for old in res.stdout.split():
+        if old not in (ref, config.NODE_IMAGE + ":latest"):
+            run(["podman", "rmi", old], check=False)
 
 
 def remove_images():

@@ -63,13 +63,18 @@ def ensure_network():
         return False
     log("creating podman network %s (%s)" % (config.NETWORK, config.SUBNET))
     run(["podman", "network", "create", "--subnet", config.SUBNET, "--gateway", config.BRIDGE_IP,
-         "--label", config.LABEL, config.NETWORK])
+         "--label", config.NODE_LABEL_KEY + "=network", config.NETWORK])
     return True
 
 
 def remove_network():
+    """Remove the network; containers that are not the lab's but still attached are named,
+    not removed (podman network rm without -f)."""
     if network_exists():
-        run(["podman", "network", "rm", "-f", config.NETWORK], check=False)
+        res = run(["podman", "network", "rm", config.NETWORK], check=False)
+        if res.returncode != 0:
+            raise LabError("podman network rm %s failed (other containers attached?): %s" % (
+                config.NETWORK, res.stderr.strip()))
 
 
 def inspect(name):
@@ -97,7 +102,7 @@ def create_node(node, image):
          "--network", config.NETWORK, "--ip", node["ip"],
          "--systemd=always", "--cap-add", "NET_ADMIN", "--cap-add", "NET_RAW",
          "--cap-add", "AUDIT_WRITE",
-         "--label", config.LABEL, "--label", "io.hybridgpu.lab.node=" + name,
+         "--label", "%s=%s" % (config.NODE_LABEL_KEY, name),
          "-v", "%s:/srv/hybridgpu-apt:ro" % apt_dir,
          # The directory, not the file: a host-side atomic rewrite stays visible.
          "-v", "%s:/etc/hybridgpu-lab:rw" % spec_dir,
@@ -115,7 +120,7 @@ def ensure_node(node, image):
     name = node["name"]
     write_gpu_spec(node)
     info = inspect(name)
-    if info is not None and info["Config"].get("Labels", {}).get("io.hybridgpu.lab") != "1":
+    if info is not None and (info["Config"].get("Labels") or {}).get(config.NODE_LABEL_KEY) != name:
         raise LabError("a container named %s exists but was not made by the lab; remove it" % name)
     if info is not None and info.get("ImageName") != image:
         log("%s runs %s, the lab image is now %s: recreating" % (name, info.get("ImageName"), image))
@@ -152,9 +157,11 @@ def wait_booted(node, timeout=120):
 
 
 def lab_containers():
-    res = run(["podman", "ps", "-a", "--filter", "label=io.hybridgpu.lab=1",
-               "--format", "{{.Names}}"], check=False)
-    return res.stdout.split()
+    """Names of the lab's node containers (those carrying the node label with a lab node name)."""
+    res = run(["podman", "ps", "-a", "--filter", "label=" + config.NODE_LABEL_KEY,
+               "--format", "{{.Names}} {{.Labels}}"], check=False)
+    ours = {n["name"] for n in config.NODES}
+    return [ln.split()[0] for ln in res.stdout.splitlines() if ln.split() and ln.split()[0] in ours]
 
 
 def remove_nodes():
