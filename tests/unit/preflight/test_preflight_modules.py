@@ -105,3 +105,15 @@ def test_preflight_record_module(lab_file, tmp_path):
     out = _run_process("preflight_record", {"dest": str(tmp_path / "x"), "wave": "a/b", "matrix": matrix})
     assert out["failed"] and "nothing written" in out["msg"]
     assert not os.path.exists(tmp_path / "x")
+
+
+def test_lab_example_files(lab_file):
+    with open(lab_file("cloud.yml")) as handle:
+        cloud = yaml.safe_load(handle)
+    owned = [n for n in lab() if n["side"] == "owned"]
+    result = _mod("compat_matrix").run({"nodes": owned, "cloud": cloud, "job_image_cuda": "12.4"})[0]
+    assert result["rows"][-1]["id"] == "cloud" and result["rows"][-1]["values"]["driver_branch"] == "570"
+    with open(lab_file("onprem-ranges.yml")) as a, open(lab_file("cloud-ranges.yml")) as b:
+        out = _mod("cidr_overlap").run({"onprem": yaml.safe_load(a), "cloud": yaml.safe_load(b)})[0]
+    assert [(p["a"]["name"], p["b"]["name"]) for p in out["overlaps"]] == [
+        ("lab-nodes", "default-vpc"), ("pods", "default-vpc"), ("services", "default-vpc")]
