@@ -1,0 +1,74 @@
+# hybridgpu.fleet: set-up, the lab, the main job and the tests.
+#   make demo   bring the embedded lab up and run the main job (a wave) on it
+#   make test   everything CI runs: unit, API conformance, lab integration, Molecule
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+LAB := $(BIN)/python tests/lab/lab
+export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
+export PATH := $(CURDIR)/$(BIN):$(PATH)
+
+.PHONY: all venv collection-link lab-up lab-down lab-status demo test unit conformance \
+        integration molecule bench clean
+
+all: test
+
+# The venv is rebuilt when the pinned requirements change.
+$(VENV)/.stamp: requirements.txt requirements-test.txt
+	@command -v $(PYTHON) >/dev/null || { echo "python3 is required"; exit 1; }
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -r requirements-test.txt
+	touch $@
+
+venv: $(VENV)/.stamp collection-link
+
+# FQCN hybridgpu.fleet.* resolves to this checkout (ansible.cfg: collections_path).
+collection-link:
+	@mkdir -p .collections/ansible_collections/hybridgpu
+	@ln -sfn ../../.. .collections/ansible_collections/hybridgpu/fleet
+
+lab-up: venv
+	$(LAB) up
+
+lab-down: venv
+	$(LAB) down
+
+lab-status: venv
+	$(LAB) status
+
+# The main job: one wave on the embedded lab, ending with the records a person reads.
+demo: lab-up
+	$(BIN)/ansible-playbook playbooks/smoke.yml
+
+unit: venv
+	$(BIN)/pytest tests/unit -q
+
+conformance: venv
+	$(BIN)/pytest tests/conformance -q
+
+integration: lab-up
+	$(BIN)/pytest tests/integration -q -m lab
+
+# Scenarios run on the lab's node image, tagged :latest for them.
+molecule: lab-up
+	@img=$$(podman images --sort created --format '{{.Repository}}:{{.Tag}}' localhost/hgpu-lab-node | grep -v ':latest$$' | head -n1); \
+	  test -n "$$img" || { echo "no lab node image: run tests/lab/lab up"; exit 1; }; \
+	  podman tag "$$img" localhost/hgpu-lab-node:latest
+	@for role in $(MOLECULE_ROLES); do \
+	  echo "== molecule test: $$role"; \
+	  (cd roles/$$role && ../../$(BIN)/molecule test) || exit 1; \
+	done
+
+MOLECULE_ROLES ?= $(notdir $(patsubst %/molecule/default/,%,$(dir $(wildcard roles/*/molecule/default/molecule.yml))))
+
+test: unit conformance integration molecule
+
+bench: lab-up
+	@for b in bench/*.py; do echo "== $$b"; $(BIN)/python $$b; done
+	@for b in bench/*.sh; do [ -e "$$b" ] || continue; echo "== $$b"; bash $$b; done
+
+clean: lab-down
+	rm -rf .collections records build

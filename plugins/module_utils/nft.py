@@ -1,0 +1,213 @@
+# -*- coding: utf-8 -*-
+# Copyright: hybridgpu.fleet contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Render and check the host firewall table the collection owns (pure functions).
+
+The table lives in its own `inet` table, so it never edits anyone else's rules, and it is
+loaded in one `nft -f` transaction: `table X {}` + `delete table X` + the full definition.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+import re
+
+NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,62}$")
+PROTOS = ("tcp", "udp")
+
+# ICMP that path-MTU discovery and diagnostics rely on: never drop frag-needed / too-big.
+ICMP_TYPES = "destination-unreachable, time-exceeded, parameter-problem, echo-request, echo-reply"
+ICMPV6_TYPES = ("destination-unreachable, packet-too-big, time-exceeded, parameter-problem, "
+                "echo-request, echo-reply, nd-router-solicit, nd-router-advert, nd-neighbor-solicit, "
+                "nd-neighbor-advert")
+
+
+class RulesetError(ValueError):
+    """Bad firewall input; the message names the field."""
+
+
+def _net(value, field):
+    try:
+        return ipaddress.ip_network(str(value), strict=False)
+    except ValueError:
+        raise RulesetError("%s: %r is not an IP address or CIDR" % (field, value))
+
+
+def _ports(value, field):
+    if isinstance(value, (int, str)):
+        value = [value]
+    out = []
+    for i, port in enumerate(value or []):
+        text = str(port)
+        m = re.match(r"^(\d+)(?:-(\d+))?$", text)
+        if not m:
+            raise RulesetError("%s[%d]: %r is not a port or port range" % (field, i, port))
+        lo, hi = int(m.group(1)), int(m.group(2) or m.group(1))
+        if not (1 <= lo <= hi <= 65535):
+            raise RulesetError("%s[%d]: %r is outside 1-65535" % (field, i, port))
+        out.append((lo, hi))
+    if not out:
+        raise RulesetError("%s: at least one port is required" % field)
+    return sorted(set(out))
+
+
+def _port_expr(ports):
+    items = ["%d" % lo if lo == hi else "%d-%d" % (lo, hi) for lo, hi in ports]
+    return items[0] if len(items) == 1 else "{ %s }" % ", ".join(items)
+
+
+def _addr_expr(nets):
+    items = [str(n) for n in nets]
+    return items[0] if len(items) == 1 else "{ %s }" % ", ".join(items)
+
+
+def _split(nets):
+    v4 = sorted((n for n in nets if n.version == 4), key=lambda n: (int(n.network_address), n.prefixlen))
+    v6 = sorted((n for n in nets if n.version == 6), key=lambda n: (int(n.network_address), n.prefixlen))
+    return v4, v6
+
+
+def covers(nets, addr):
+    """True when one of `nets` contains the address `addr`."""
+    ip = ipaddress.ip_address(addr)
+    return any(ip.version == n.version and ip in n for n in nets)
+
+
+def normalize(spec):
+    """Validate the structured ruleset and return a canonical form.
+
+    spec keys: table, management_sources, ssh_port, inbound (list), egress {enforce, allow}.
+    Raises RulesetError naming the field on anything wrong.
+    """
+    allowed = {"table", "management_sources", "ssh_port", "inbound", "egress", "control_address"}
+    unknown = sorted(set(spec) - allowed)
+    if unknown:
+        raise RulesetError("unknown key(s): %s" % ", ".join(unknown))
+    table = spec.get("table") or "hybridgpu"
+    if not NAME_RE.match(table):
+        raise RulesetError("table: %r is not a valid nftables table name" % table)
+    mgmt = [_net(s, "management_sources[%d]" % i) for i, s in enumerate(spec.get("management_sources") or [])]
+    if not mgmt:
+        raise RulesetError("management_sources: empty; the control host's SSH would be cut off")
+    ssh_port = int(spec.get("ssh_port") or 22)
+    if not 1 <= ssh_port <= 65535:
+        raise RulesetError("ssh_port: %r is outside 1-65535" % ssh_port)
+    control = spec.get("control_address")
+    if control:
+        _net(control, "control_address")
+        if not covers(mgmt, control):
+            raise RulesetError(
+                "management_sources: the control host connects from %s, which none of %s covers; "
+                "applying this would cut the management path" % (control, ", ".join(map(str, mgmt))))
+    inbound = []
+    names = set()
+    for i, rule in enumerate(spec.get("inbound") or []):
+        field = "inbound[%d]" % i
+        extra = sorted(set(rule) - {"name", "proto", "ports", "sources", "comment"})
+        if extra:
+            raise RulesetError("%s: unknown key(s): %s" % (field, ", ".join(extra)))
+        name = rule.get("name")
+        if not name or not NAME_RE.match(str(name)):
+            raise RulesetError("%s.name: missing or not a plain name" % field)
+        if name in names:
+            raise RulesetError("%s.name: %r is used twice" % (field, name))
+        names.add(name)
+        proto = rule.get("proto", "tcp")
+        if proto not in PROTOS:
+            raise RulesetError("%s.proto: %r is not one of %s" % (field, proto, ", ".join(PROTOS)))
+        sources = [_net(s, "%s.sources[%d]" % (field, j)) for j, s in enumerate(rule.get("sources") or [])]
+        if not sources:
+            raise RulesetError("%s.sources: a narrowest source is required; 'any' is not allowed" % field)
+        for net in sources:
+            if net.prefixlen == 0:
+                raise RulesetError("%s.sources: %s opens the port to every address" % (field, net))
+        inbound.append({"name": str(name), "proto": proto,
+                        "ports": _ports(rule.get("ports"), field + ".ports"),
+                        "sources": sources})
+    egress = spec.get("egress") or {}
+    extra = sorted(set(egress) - {"enforce", "allow"})
+    if extra:
+        raise RulesetError("egress: unknown key(s): %s" % ", ".join(extra))
+    allow = []
+    for i, rule in enumerate(egress.get("allow") or []):
+        field = "egress.allow[%d]" % i
+        extra = sorted(set(rule) - {"name", "proto", "ports", "dest", "comment"})
+        if extra:
+            raise RulesetError("%s: unknown key(s): %s" % (field, ", ".join(extra)))
+        proto = rule.get("proto", "tcp")
+        if proto not in PROTOS:
+            raise RulesetError("%s.proto: %r is not one of %s" % (field, proto, ", ".join(PROTOS)))
+        dest = rule.get("dest")
+        if dest is None:
+            raise RulesetError("%s.dest: required" % field)
+        allow.append({"name": str(rule.get("name") or "egress-%d" % i), "proto": proto,
+                      "ports": _ports(rule.get("ports"), field + ".ports"),
+                      "dest": [_net(d, "%s.dest" % field) for d in (dest if isinstance(dest, list) else [dest])]})
+    return {"table": table, "management_sources": mgmt, "ssh_port": ssh_port, "inbound": inbound,
+            "egress": {"enforce": bool(egress.get("enforce", False)), "allow": allow}}
+
+
+def render(spec):
+    """nft -f input that atomically replaces the table with the declared ruleset."""
+    s = normalize(spec)
+    t = s["table"]
+    lines = [
+        "# Managed by hybridgpu.fleet (host_firewall). Changes here are overwritten.",
+        "table inet %s {}" % t,
+        "delete table inet %s" % t,
+        "table inet %s {" % t,
+        "  chain input {",
+        "    type filter hook input priority filter; policy drop;",
+        '    iif "lo" accept',
+        "    ct state established,related accept",
+        "    ct state invalid drop",
+        "    icmp type { %s } accept" % ICMP_TYPES,
+        "    icmpv6 type { %s } accept" % ICMPV6_TYPES,
+    ]
+    v4, v6 = _split(s["management_sources"])
+    for fam, nets in (("ip", v4), ("ip6", v6)):
+        if nets:
+            lines.append('    %s saddr %s tcp dport %d accept comment "management-ssh"'
+                         % (fam, _addr_expr(nets), s["ssh_port"]))
+    for rule in s["inbound"]:
+        v4, v6 = _split(rule["sources"])
+        for fam, nets in (("ip", v4), ("ip6", v6)):
+            if nets:
+                lines.append('    %s saddr %s %s dport %s accept comment "%s"'
+                             % (fam, _addr_expr(nets), rule["proto"], _port_expr(rule["ports"]), rule["name"]))
+    lines.append('    counter comment "inbound-dropped"')
+    lines.append("  }")
+    if s["egress"]["enforce"]:
+        lines += [
+            "  chain output {",
+            "    type filter hook output priority filter; policy drop;",
+            '    oif "lo" accept',
+            "    ct state established,related accept",
+            # numbers, not names: /etc/protocols may be missing on minimal images
+            "    meta l4proto { 1, 58 } accept",
+        ]
+        for rule in s["egress"]["allow"]:
+            v4, v6 = _split(rule["dest"])
+            for fam, nets in (("ip", v4), ("ip6", v6)):
+                if nets:
+                    lines.append('    %s daddr %s %s dport %s accept comment "%s"'
+                                 % (fam, _addr_expr(nets), rule["proto"], _port_expr(rule["ports"]), rule["name"]))
+        lines.append('    counter comment "egress-dropped"')
+        lines.append("  }")
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+def digest(text):
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+_COUNTER_RE = re.compile(r"counter packets \d+ bytes \d+")
+
+
+def canonical_listing(text):
+    """`nft list table` output with volatile parts (counters, handles) blanked."""
+    text = _COUNTER_RE.sub("counter", text)
+    text = re.sub(r" # handle \d+", "", text)
+    return "\n".join(line.rstrip() for line in text.strip().splitlines()) + "\n"

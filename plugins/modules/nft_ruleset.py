@@ -1,0 +1,268 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: hybridgpu.fleet contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: nft_ruleset
+short_description: Own one nftables table on a host, applied atomically with a rollback timer
+version_added: 0.1.0
+description:
+  - Renders an C(inet) table from declared inbound rules (narrowest sources), an optional
+    egress allowlist, and the management sources whose SSH is always let in.
+  - Loads it in one C(nft -f) transaction after C(nft -c) has checked it on the host, so the
+    table is never half-applied. Other tables on the host are never touched.
+  - With O(confirm_timeout), a transient systemd timer restores the previous table unless
+    a later run with O(state=confirmed) cancels it. A playbook reconnects over a fresh SSH
+    connection in between, so a ruleset that breaks the management path rolls itself back.
+  - Refuses, before any change, a ruleset whose management sources do not cover
+    O(control_address), the address the control host connects from.
+  - The canonical listing of what was applied is kept under O(state_dir), so drift made by
+    hand on the host is detected and reported as a change.
+options:
+  table:
+    description: Name of the C(inet) table the collection owns.
+    type: str
+    default: hybridgpu
+  state:
+    description:
+      - C(present) applies the ruleset, C(confirmed) cancels a pending rollback timer,
+        C(absent) deletes the table and its state files.
+    type: str
+    choices: [present, confirmed, absent]
+    default: present
+  management_sources:
+    description: Addresses or CIDRs allowed to reach SSH. Required with O(state=present).
+    type: list
+    elements: str
+  ssh_port:
+    description: SSH port of the host.
+    type: int
+    default: 22
+  control_address:
+    description:
+      - Address the control host connects from, for example the first field of
+        C(ansible_env.SSH_CLIENT). When set, management sources must cover it.
+    type: str
+  inbound:
+    description:
+      - Inbound rules. Each has C(name), C(proto) (C(tcp) or C(udp)), C(ports) (list of
+        ports or C(lo-hi) ranges) and C(sources) (list of CIDRs; C(0.0.0.0/0) is refused).
+    type: list
+    elements: dict
+    default: []
+  egress:
+    description:
+      - Egress allowlist. C(enforce) (bool) turns on an output chain with policy drop;
+        C(allow) lists C(name), C(proto), C(ports) and C(dest) (CIDR or list of CIDRs).
+    type: dict
+    default: {}
+  confirm_timeout:
+    description:
+      - Seconds after which the previous table is restored unless confirmed. C(0) applies
+        without a rollback timer.
+    type: int
+    default: 0
+  state_dir:
+    description: Where the applied ruleset, its listing and the rollback file are kept.
+    type: path
+    default: /var/lib/hybridgpu/nftables
+attributes:
+  check_mode:
+    support: full
+    description: Renders and checks the ruleset with C(nft -c) and reports what would change.
+  diff_mode:
+    support: full
+    description: Before is the live table listing, after is the listing once applied (the rendered source in check mode).
+requirements:
+  - nft (nftables) on the managed host
+author:
+  - hybridgpu.fleet maintainers
+"""
+
+EXAMPLES = r"""
+- name: Narrow inbound rules, SSH from the control host only, rollback in 90 s unless confirmed
+  hybridgpu.fleet.nft_ruleset:
+    management_sources: [10.213.77.1/32]
+    control_address: "{{ ansible_env.SSH_CLIENT.split()[0] }}"
+    inbound:
+      - name: node-exporter
+        proto: tcp
+        ports: [9100]
+        sources: [10.213.77.1/32]
+    egress:
+      enforce: true
+      allow:
+        - name: onprem-api
+          dest: 10.213.77.1/32
+          ports: [6443]
+    confirm_timeout: 90
+
+- name: Confirm once a fresh SSH connection got through
+  hybridgpu.fleet.nft_ruleset:
+    state: confirmed
+"""
+
+RETURN = r"""
+ruleset:
+  description: The nft source that was (or would be) loaded.
+  returned: state is present
+  type: str
+listing:
+  description: C(nft list table) of the table after the run, counters and handles blanked.
+  returned: state is present and not check mode
+  type: str
+pending_confirm:
+  description: True when a rollback timer is armed and waits for O(state=confirmed).
+  returned: always
+  type: bool
+rollback_unit:
+  description: Name of the transient systemd unit that restores the previous table.
+  returned: always
+  type: str
+"""
+
+import os
+import tempfile
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.hybridgpu.fleet.plugins.module_utils import nft
+
+
+class Firewall(object):
+    def __init__(self, module):
+        self.module = module
+        self.p = module.params
+        self.table = self.p["table"]
+        self.dir = self.p["state_dir"]
+        self.nft = module.get_bin_path("nft", required=True)
+        self.unit = "hybridgpu-nft-rollback-%s" % self.table
+
+    def path(self, suffix):
+        return os.path.join(self.dir, "%s.%s" % (self.table, suffix))
+
+    def run(self, args, data=None, check=True):
+        rc, out, err = self.module.run_command(args, data=data, environ_update={"LANG": "C", "LC_ALL": "C"})
+        if check and rc != 0:
+            self.module.fail_json(msg="%s failed (rc=%d): %s" % (" ".join(args), rc, err.strip() or out.strip()))
+        return rc, out, err
+
+    def live(self):
+        rc, out, _ = self.run([self.nft, "list", "table", "inet", self.table], check=False)
+        return out if rc == 0 else None
+
+    def read(self, suffix):
+        try:
+            with open(self.path(suffix)) as fh:
+                return fh.read()
+        except OSError:
+            return None
+
+    def write(self, suffix, text):
+        os.makedirs(self.dir, mode=0o700, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=self.dir, prefix=".%s." % self.table)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+        self.module.atomic_move(tmp, self.path(suffix))
+
+    def timer_active(self):
+        rc, _, _ = self.run(["systemctl", "is-active", "--quiet", self.unit + ".timer"], check=False)
+        return rc == 0
+
+    def cancel_timer(self):
+        self.run(["systemctl", "stop", self.unit + ".timer"], check=False)
+        self.run(["systemctl", "reset-failed", self.unit + ".timer", self.unit + ".service"], check=False)
+
+    def present(self):
+        try:
+            spec = dict((k, self.p[k]) for k in ("table", "management_sources", "ssh_port", "inbound",
+                                                   "egress", "control_address") if self.p[k] is not None)
+            text = nft.render(spec)
+        except nft.RulesetError as err:
+            self.module.fail_json(msg="Refusing the firewall for table inet %s: %s" % (self.table, err))
+        # Check the ruleset on this host's kernel before anything changes.
+        self.run([self.nft, "-c", "-f", "-"], data=text)
+        live = self.live()
+        live_canon = nft.canonical_listing(live) if live is not None else None
+        changed = (live is None or live_canon != self.read("applied")
+                   or nft.digest(text) != (self.read("digest") or "").strip())
+        result = dict(changed=changed, ruleset=text, pending_confirm=self.timer_active(),
+                      rollback_unit=self.unit)
+        if changed and self.module._diff:
+            result["diff"] = dict(before=live_canon or "", after=text,
+                                  before_header="nft list table inet %s" % self.table,
+                                  after_header="hybridgpu.fleet ruleset")
+        if not changed or self.module.check_mode:
+            if live is not None and not self.module.check_mode:
+                result["listing"] = live_canon
+            return result
+        rollback = "table inet %s {}\ndelete table inet %s\n" % (self.table, self.table)
+        if live is not None:
+            rollback += live
+        self.write("rollback.nft", rollback)
+        self.write("nft", text)
+        self.cancel_timer()
+        self.run([self.nft, "-f", self.path("nft")])
+        listing = nft.canonical_listing(self.live() or "")
+        self.write("applied", listing)
+        self.write("digest", nft.digest(text) + "\n")
+        if self.p["confirm_timeout"] > 0:
+            self.run(["systemd-run", "--unit", self.unit, "--on-active=%ds" % self.p["confirm_timeout"],
+                      "--description", "hybridgpu.fleet: restore nft table %s unless confirmed" % self.table,
+                      self.nft, "-f", self.path("rollback.nft")])
+            result["pending_confirm"] = True
+        result["listing"] = listing
+        if self.module._diff:
+            result["diff"]["after"] = listing
+        return result
+
+    def confirmed(self):
+        active = self.timer_active()
+        if active and not self.module.check_mode:
+            self.cancel_timer()
+        return dict(changed=active, pending_confirm=False, rollback_unit=self.unit)
+
+    def absent(self):
+        live = self.live()
+        files = [self.path(s) for s in ("nft", "applied", "digest", "rollback.nft") if os.path.exists(self.path(s))]
+        active = self.timer_active()
+        changed = live is not None or bool(files) or active
+        result = dict(changed=changed, pending_confirm=False, rollback_unit=self.unit)
+        if changed and self.module._diff:
+            result["diff"] = dict(before=nft.canonical_listing(live) if live else "", after="")
+        if changed and not self.module.check_mode:
+            self.cancel_timer()
+            if live is not None:
+                self.run([self.nft, "delete", "table", "inet", self.table])
+            for f in files:
+                os.unlink(f)
+        return result
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            table=dict(type="str", default="hybridgpu"),
+            state=dict(type="str", default="present", choices=["present", "confirmed", "absent"]),
+            management_sources=dict(type="list", elements="str"),
+            ssh_port=dict(type="int", default=22),
+            control_address=dict(type="str"),
+            inbound=dict(type="list", elements="dict", default=[]),
+            egress=dict(type="dict", default={}),
+            confirm_timeout=dict(type="int", default=0),
+            state_dir=dict(type="path", default="/var/lib/hybridgpu/nftables"),
+        ),
+        required_if=[("state", "present", ["management_sources"])],
+        supports_check_mode=True,
+    )
+    fw = Firewall(module)
+    state = module.params["state"]
+    result = fw.present() if state == "present" else fw.confirmed() if state == "confirmed" else fw.absent()
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()
