@@ -1,5 +1,6 @@
 """The all_reduce_perf stand-in prints nccl-tests' real table and summary."""
 import re
+from lab_packages_support import a100_spec, node, real_output  # noqa: F401  (fixtures)
 
 ROW = re.compile(r"^\s+(\d+)\s+(\d+)\s+(\w+)\s+(\w+)\s+(-?\d+)"
                  r"\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+(\S+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+(\S+)$")

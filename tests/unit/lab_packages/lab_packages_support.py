@@ -1,4 +1,5 @@
-"""Helpers for the lab package tests: run the stand-ins as real subprocesses."""
+"""Shared constants and helpers of the lab package tests (a uniquely named module,
+so test files can import it without clashing with other conftest.py files)."""
 import importlib.util
 import json
 import os
@@ -58,6 +59,15 @@ class Node:
         return self.run(ALL_REDUCE, *args, **extra_env)
 
 
+def load_module(name, path):
+    """Import a lab script (not a package module) by path."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+# Fixtures: test modules import them by name.
 @pytest.fixture
 def node(tmp_path):
     return Node(tmp_path)
@@ -75,14 +85,6 @@ def real_output():
         with open(os.path.join(REAL_OUTPUTS, *parts), encoding="utf-8") as handle:
             return handle.read()
     return read
-
-
-def load_module(name, path):
-    """Import a lab script (not a package module) by path."""
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.fixture(scope="session")
