@@ -158,3 +158,27 @@ def test_store_conflicts_and_validation():
     with pytest.raises(ApiError) as exc:
         store.create(BY_PLURAL["pods"], "missing", {"metadata": {"name": "p"}})
     assert exc.value.code == 404
+
+
+def test_job_backoff_limit_fails_job():
+    from k8s_emulator.controllers import Controllers
+    from k8s_emulator.store import now_rfc3339
+    store = Store()
+    ctl = Controllers(store, node_grace=60)
+    store.create(BY_PLURAL["nodes"], None, {
+        "metadata": {"name": "n1"}, "status": {"conditions": [
+            {"type": "Ready", "status": "True",
+             "lastHeartbeatTime": now_rfc3339()}]}})
+    store.create(BY_PLURAL["jobs"], "default", {"metadata": {"name": "j"}, "spec": {
+        "backoffLimit": 1, "template": {"spec": {"restartPolicy": "Never",
+                                                 "containers": [{"name": "c"}]}}}})
+    for _ in range(2):
+        ctl.run_once()
+        pods = [p for p in store.items("pods", "default") if p["status"]["phase"] != "Failed"]
+        assert len(pods) == 1 and pods[0]["spec"]["nodeName"] == "n1"
+        pods[0]["status"]["phase"] = "Failed"
+        ctl.run_once()
+    job = store.objects["jobs"][("default", "j")]
+    conds = {c["type"]: c["status"] for c in job["status"]["conditions"]}
+    assert conds["Failed"] == "True" and conds["FailureTarget"] == "True"
+    assert job["status"]["failed"] == 2 and "completionTime" not in job["status"]
