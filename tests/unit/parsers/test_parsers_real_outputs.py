@@ -1,7 +1,7 @@
 """Every real sample of each tool parses to its expected values (tests/unit/parsers/expected)."""
 import pytest
 
-from ansible_collections.hybridgpu.fleet.plugins.module_utils import chrony, nccl, ping, timedatectl, tracepath
+from ansible_collections.hybridgpu.fleet.plugins.module_utils import chrony, nccl, ping, slurm, timedatectl, tracepath
 
 import realsamples
 
@@ -12,12 +12,23 @@ def _nccl(text, args):
     return parsed
 
 
+def _slurm(text, args, kind):
+    if kind == "squeue":
+        return slurm.parse_squeue(text, **args)
+    if kind == "scontrol":
+        return slurm.parse_scontrol_jobs(text)
+    if kind == "sprio":
+        return slurm.parse_sprio(text)
+    raise AssertionError("expected entry needs _kind squeue/scontrol/sprio, got %r" % kind)
+
+
 PARSERS = {
     "nccl-tests": _nccl,
     "chrony": lambda text, args: chrony.parse_tracking(text),
     "timedatectl": lambda text, args: timedatectl.parse(text),
     "ping-mtu": lambda text, args: ping.parse(text),
     "tracepath": lambda text, args: tracepath.parse(text),
+    "slurm": None,  # needs the entry's _kind, see test_real_sample
 }
 
 
@@ -36,5 +47,9 @@ def _cases():
 def test_real_sample(tool, name):
     entry = realsamples.load_expected(tool).get(name)
     assert entry, "no expected entry for %s/%s" % (tool, name)
-    result = PARSERS[tool](realsamples.read_sample(tool, name), entry.get("_args", {}))
+    text = realsamples.read_sample(tool, name)
+    if tool == "slurm":
+        result = _slurm(text, entry.get("_args", {}), entry.get("_kind"))
+    else:
+        result = PARSERS[tool](text, entry.get("_args", {}))
     realsamples.check(result, entry, "%s/%s" % (tool, name))

@@ -1,0 +1,273 @@
+# -*- coding: utf-8 -*-
+# Copyright: contributors to hybridgpu.fleet
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Parsers for Slurm queue tools: ``squeue`` (default, ``-o``, ``-O`` with delimiters,
+0x1F/0x1E separated, noheader), ``scontrol show job`` and ``sprio`` (default, ``-n``,
+``-w``). Pure Python 3 standard library.
+"""
+
+from __future__ import annotations
+
+import re
+
+__all__ = ["parse_squeue", "parse_scontrol_jobs", "parse_sprio", "STATE_CODES"]
+
+STATE_CODES = {
+    "PD": "PENDING", "R": "RUNNING", "CG": "COMPLETING", "CD": "COMPLETED", "CA": "CANCELLED",
+    "F": "FAILED", "TO": "TIMEOUT", "NF": "NODE_FAIL", "PR": "PREEMPTED", "S": "SUSPENDED",
+    "OOM": "OUT_OF_MEMORY", "CF": "CONFIGURING", "RQ": "REQUEUED", "RH": "REQUEUE_HOLD",
+    "RF": "REQUEUE_FED", "RS": "RESIZING", "RV": "REVOKED", "SI": "SIGNALING",
+    "SE": "SPECIAL_EXIT", "SO": "STAGE_OUT", "ST": "STOPPED", "BF": "BOOT_FAIL", "DL": "DEADLINE",
+}
+_CODE_OF = dict((v, k) for k, v in STATE_CODES.items())
+DEFAULT_SQUEUE_FIELDS = ["JOBID", "PARTITION", "NAME", "USER", "ST", "TIME", "NODES", "NODELIST(REASON)"]
+_NULLS = ("(null)", "N/A", "")
+_HEADER_WORD = re.compile(r"^[A-Z][A-Z0-9_:()%]*$")
+_ARRAY = re.compile(r"^(\d+)_(\d+|\[[^\]]*\])$")
+_HET = re.compile(r"^(\d+)\+(\d+)$")
+
+
+def _null(value):
+    return None if value is None or value.strip() in _NULLS else value.strip()
+
+
+def _int(value):
+    value = _null(value)
+    return int(value) if value is not None and re.match(r"^-?\d+$", value) else None
+
+
+def _records(text):
+    """Split squeue output into (cells lists, delimiter kind)."""
+    text = (text or "").replace("\r\n", "\n")
+    if "\x1f" in text:
+        rows = []
+        for record in re.split(r"\x1e|\n", text):
+            if not record.strip("\n"):
+                continue
+            cells = record.split("\x1f")
+            if cells and cells[-1] == "":
+                cells.pop()
+            rows.append(cells)
+        return rows, "unit-separator"
+    if "|#" in text:
+        rows = []
+        for line in text.split("\n"):
+            if not line.strip():
+                continue
+            cells = line.split("|#")
+            if cells and cells[-1] == "":
+                cells.pop()
+            rows.append(cells)
+        return rows, "|#"
+    return [ln for ln in text.split("\n") if ln.strip()], "whitespace"
+
+
+def _job_from(raw):
+    """Normalise one squeue record {COLUMN: text}."""
+    col = dict((k.upper(), v) for k, v in raw.items())
+    job = {"job_id": _null(col.get("JOBID") or col.get("JOB_ID")), "array_job_id": None,
+           "array_task_id": None, "het_job_id": None, "het_offset": None,
+           "partition": _null(col.get("PARTITION")), "name": _null(col.get("NAME")),
+           "user": _null(col.get("USER")), "state": _null(col.get("STATE")),
+           "state_code": _null(col.get("ST")), "time": _null(col.get("TIME")),
+           "nodes": _int(col.get("NODES")), "nodelist": _null(col.get("NODELIST")),
+           "reason": _null(col.get("REASON")), "submit_time": _null(col.get("SUBMIT_TIME")),
+           "priority": _null(col.get("PRIORITY")), "raw": raw}
+    both = col.get("NODELIST(REASON)")
+    if both is not None:
+        both = both.strip()
+        if both.startswith("(") and both.endswith(")"):
+            job["reason"] = both[1:-1]
+        else:
+            job["nodelist"] = _null(both)
+    if job["reason"] == "None":
+        job["reason"] = None
+    if job["state"] is None and job["state_code"]:
+        job["state"] = STATE_CODES.get(job["state_code"], job["state_code"])
+    if job["state_code"] is None and job["state"]:
+        job["state_code"] = _CODE_OF.get(job["state"])
+    if job["job_id"]:
+        m = _ARRAY.match(job["job_id"])
+        if m:
+            job["array_job_id"], job["array_task_id"] = m.group(1), m.group(2)
+        m = _HET.match(job["job_id"])
+        if m:
+            job["het_job_id"], job["het_offset"] = m.group(1), int(m.group(2))
+    if _null(col.get("ARRAY_JOB_ID")) and job["array_job_id"] is None:
+        job["array_job_id"] = _null(col.get("ARRAY_JOB_ID"))
+    job["pending"] = job["state"] == "PENDING"
+    reason = job["reason"] or ""
+    job["held"] = "held" in reason.lower() or reason in ("JobHeldUser", "JobHeldAdmin")
+    return job
+
+
+def parse_squeue(text, fields=None):
+    """Parse squeue output.
+
+    ``fields``: column names for output without a header (``--noheader``, ``grep``); for
+    ``-O``/``-o`` with delimiters pass the names in order (``colN`` placeholders are fine).
+    Without a header and without ``fields``, the default squeue layout is assumed.
+
+    Returns {format ("whitespace", "|#" or "unit-separator"), header (bool), columns,
+    jobs: [{job_id, array_job_id, array_task_id, het_job_id, het_offset, partition, name,
+    user, state (full name), state_code (PD, R ...), time, nodes, nodelist, reason,
+    submit_time, priority, pending, held, raw {column: text}}], errors}.
+    ``(null)``, ``N/A`` and empty cells become None.
+    """
+    rows, kind = _records(text)
+    result = {"format": kind, "header": False, "columns": [], "jobs": [], "errors": []}
+    if not rows:
+        return result
+    if kind == "whitespace":
+        first = rows[0].split()
+        has_header = all(_HEADER_WORD.match(w) for w in first)
+    else:
+        first = [c.strip() for c in rows[0]]
+        has_header = all(_HEADER_WORD.match(c) for c in first if c)
+    if has_header:
+        names, rows = first, rows[1:]
+        result["header"] = True
+    else:
+        names = list(fields) if fields else list(DEFAULT_SQUEUE_FIELDS)
+    unique = []
+    for name in names:
+        label, n = name, 2
+        while label in unique:
+            label, n = "%s#%d" % (name, n), n + 1
+        unique.append(label)
+    result["columns"] = unique
+    for row in rows:
+        if kind == "whitespace":
+            cells = row.split(None, len(unique) - 1)
+        else:
+            cells = row
+        if len(cells) != len(unique):
+            result["errors"].append("record has %d cells, expected %d: %r" % (len(cells), len(unique), row))
+            continue
+        result["jobs"].append(_job_from(dict(zip(unique, cells))))
+    return result
+
+
+# ---------------------------------------------------------------- scontrol show job
+
+_KV = re.compile(r"([A-Za-z][A-Za-z0-9_:/]*)=(.*?)(?=\s+[A-Za-z][A-Za-z0-9_:/]*=|\s*$)")
+
+
+def _time_or_none(value):
+    value = _null(value)
+    return None if value in (None, "Unknown", "None") else value
+
+
+def parse_scontrol_jobs(text):
+    """Parse ``scontrol show job`` (one or many records; a cut-off last record is kept).
+
+    Returns {jobs: [{job_id, name, user, uid, state, reason, priority, partition, nodelist,
+    array_job_id, array_task_id, submit_time, start_time, end_time, time_limit, run_time,
+    num_nodes, num_cpus, exit_code, tres ({key: value}), fields ({Key: text as printed})}],
+    errors}. ``Name=`` (old Slurm) and ``JobName=`` both give ``name``; ``Reason=None``
+    gives reason None.
+    """
+    result = {"jobs": [], "errors": []}
+    current = None
+    for line in (text or "").replace("\r\n", "\n").split("\n"):
+        if not line.strip():
+            continue
+        pairs = _KV.findall(line.strip())
+        if not pairs:
+            result["errors"].append("unparsed line: %r" % line)
+            continue
+        if pairs[0][0] == "JobId":
+            current = {}
+            result["jobs"].append(current)
+        if current is None:
+            result["errors"].append("line before any JobId=: %r" % line)
+            continue
+        for key, value in pairs:
+            current[key] = value
+    result["jobs"] = [_scontrol_job(fields) for fields in result["jobs"]]
+    return result
+
+
+def _scontrol_job(fields):
+    user = fields.get("UserId", "")
+    m = re.match(r"^(.*?)\((\d+)\)$", user)
+    tres = {}
+    for item in (_null(fields.get("TRES")) or "").split(","):
+        if "=" in item:
+            key, _, value = item.partition("=")
+            tres[key] = value
+    reason = _null(fields.get("Reason"))
+    return {
+        "job_id": fields.get("JobId"),
+        "name": fields.get("JobName", fields.get("Name")),
+        "user": m.group(1) if m else (user or None),
+        "uid": int(m.group(2)) if m else None,
+        "state": fields.get("JobState"),
+        "reason": None if reason == "None" else reason,
+        "priority": _int(fields.get("Priority")),
+        "partition": _null(fields.get("Partition")),
+        "nodelist": _null(fields.get("NodeList")),
+        "array_job_id": _null(fields.get("ArrayJobId")),
+        "array_task_id": _null(fields.get("ArrayTaskId")),
+        "submit_time": _time_or_none(fields.get("SubmitTime")),
+        "start_time": _time_or_none(fields.get("StartTime")),
+        "end_time": _time_or_none(fields.get("EndTime")),
+        "time_limit": _null(fields.get("TimeLimit")),
+        "run_time": _null(fields.get("RunTime")),
+        "num_nodes": _int(fields.get("NumNodes")),
+        "num_cpus": _int(fields.get("NumCPUs")),
+        "exit_code": fields.get("ExitCode"),
+        "tres": tres,
+        "fields": fields,
+    }
+
+
+# ---------------------------------------------------------------- sprio
+
+def _number(text):
+    try:
+        return int(text)
+    except ValueError:
+        try:
+            return float(text)
+        except ValueError:
+            return text
+
+
+def parse_sprio(text):
+    """Parse ``sprio`` (default), ``sprio -n`` (normalised floats) and ``sprio -w``.
+
+    Columns are right-aligned, so each value is matched to the header column whose
+    right edge is nearest to the value's right edge (the ``-w`` weights row leaves
+    JOBID/PARTITION/PRIORITY blank). Returns {columns, jobs: [{job_id, partition,
+    priority, factors {COLUMN: number}}] (partition is the name column when PARTITION
+    precedes PRIORITY, else a factor), weights ({COLUMN: number} or None), errors}.
+    """
+    lines = [ln.rstrip() for ln in (text or "").replace("\r\n", "\n").split("\n") if ln.strip()]
+    result = {"columns": [], "jobs": [], "weights": None, "errors": []}
+    if not lines:
+        return result
+    header = lines[0]
+    spans = [(m.group(0), m.end()) for m in re.finditer(r"\S+", header)]
+    result["columns"] = [name for name, _ in spans]
+    for line in lines[1:]:
+        row = {}
+        for m in re.finditer(r"\S+", line):
+            name = min(spans, key=lambda span: abs(span[1] - m.end()))[0]
+            if name in row:
+                result["errors"].append("two values for %s in %r" % (name, line))
+            row[name] = m.group(0)
+        if row.get("JOBID") == "Weights":
+            result["weights"] = dict((k, _number(v)) for k, v in row.items() if k != "JOBID")
+            continue
+        # PARTITION left of PRIORITY is the partition name; right of it, the partition factor
+        names = [name for name, _ in spans]
+        part_is_name = "PARTITION" in names and "PRIORITY" in names and \
+            names.index("PARTITION") < names.index("PRIORITY")
+        skip = ("JOBID", "PRIORITY", "USER", "ACCOUNT") + (("PARTITION",) if part_is_name else ())
+        factors = dict((k, _number(v)) for k, v in row.items() if k not in skip)
+        result["jobs"].append({"job_id": row.get("JOBID"),
+                               "partition": row.get("PARTITION") if part_is_name else None,
+                               "priority": _number(row["PRIORITY"]) if "PRIORITY" in row else None,
+                               "user": row.get("USER"), "factors": factors})
+    return result
