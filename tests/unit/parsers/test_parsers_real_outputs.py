@@ -1,7 +1,7 @@
 """Every real sample of each tool parses to its expected values (tests/unit/parsers/expected)."""
 import pytest
 
-from ansible_collections.hybridgpu.fleet.plugins.module_utils import chrony, nccl, ping, slurm, timedatectl, tracepath
+from ansible_collections.hybridgpu.fleet.plugins.module_utils import chrony, dcgm, nccl, ping, slurm, timedatectl, tracepath
 
 import realsamples
 
@@ -22,12 +22,20 @@ def _slurm(text, args, kind):
     raise AssertionError("expected entry needs _kind squeue/scontrol/sprio, got %r" % kind)
 
 
+def _exporter(text, args):
+    parsed = dcgm.parse_prometheus(text)
+    parsed["summary"] = dcgm.exporter_summary(parsed)
+    return parsed
+
+
 PARSERS = {
     "nccl-tests": _nccl,
     "chrony": lambda text, args: chrony.parse_tracking(text),
     "timedatectl": lambda text, args: timedatectl.parse(text),
     "ping-mtu": lambda text, args: ping.parse(text),
     "tracepath": lambda text, args: tracepath.parse(text),
+    "dcgm-exporter": _exporter,
+    "dcgmi-diag": lambda text, args: dcgm.parse_diag(text),
     "slurm": None,  # needs the entry's _kind, see test_real_sample
 }
 
