@@ -270,8 +270,7 @@ def node_info(cfg):
 
 
 def node_resources(gpu_count, cpus, mem_kib, max_pods=110):
-    res = {"cpu": str(cpus), "memory": "%dKi" % mem_kib, "pods": str(max_pods),
-           "ephemeral-storage": "0"}
+    res = {"cpu": str(cpus), "memory": "%dKi" % mem_kib, "pods": str(max_pods)}
     res["nvidia.com/gpu"] = str(gpu_count)
     return res
 
