@@ -1,7 +1,8 @@
 """Every real sample of each tool parses to its expected values (tests/unit/parsers/expected)."""
 import pytest
 
-from ansible_collections.hybridgpu.fleet.plugins.module_utils import chrony, dcgm, nccl, ping, slurm, timedatectl, tracepath
+from ansible_collections.hybridgpu.fleet.plugins.module_utils import (
+    chrony, dcgm, kubectl_node, nccl, ping, slurm, timedatectl, tracepath)
 
 import realsamples
 
@@ -28,6 +29,15 @@ def _exporter(text, args):
     return parsed
 
 
+def _node(text, kind):
+    if kind == "status":
+        return kubectl_node.parse_status(text)
+    if kind == "labels":
+        labels, errors = kubectl_node.parse_labels(text)
+        return {"labels": labels, "errors": errors, "gpu": kubectl_node.gpu_info(labels)}
+    raise AssertionError("expected entry needs _kind labels/status, got %r" % kind)
+
+
 PARSERS = {
     "nccl-tests": _nccl,
     "chrony": lambda text, args: chrony.parse_tracking(text),
@@ -36,6 +46,7 @@ PARSERS = {
     "tracepath": lambda text, args: tracepath.parse(text),
     "dcgm-exporter": _exporter,
     "dcgmi-diag": lambda text, args: dcgm.parse_diag(text),
+    "kubectl-node": None,  # needs the entry's _kind
     "slurm": None,  # needs the entry's _kind, see test_real_sample
 }
 
@@ -56,7 +67,9 @@ def test_real_sample(tool, name):
     entry = realsamples.load_expected(tool).get(name)
     assert entry, "no expected entry for %s/%s" % (tool, name)
     text = realsamples.read_sample(tool, name)
-    if tool == "slurm":
+    if tool == "kubectl-node":
+        result = _node(text, entry.get("_kind"))
+    elif tool == "slurm":
         result = _slurm(text, entry.get("_args", {}), entry.get("_kind"))
     else:
         result = PARSERS[tool](text, entry.get("_args", {}))
