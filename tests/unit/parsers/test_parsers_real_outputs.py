@@ -74,3 +74,11 @@ def test_real_sample(tool, name):
     else:
         result = PARSERS[tool](text, entry.get("_args", {}))
     realsamples.check(result, entry, "%s/%s" % (tool, name))
+
+
+def test_every_tool_directory_has_a_parser():
+    import os
+    from conftest import REAL_OUTPUTS
+    nvidia = {"nvidia-smi-csv", "nvidia-smi-table", "nvidia-smi-xml"}  # test_parsers_nvidia_smi.py
+    present = {d for d in os.listdir(REAL_OUTPUTS) if os.path.isdir(os.path.join(REAL_OUTPUTS, d))}
+    assert present - set(PARSERS) - nvidia == set(), "sample directories without a parser test"
