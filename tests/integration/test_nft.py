@@ -1,6 +1,5 @@
 """nftables inside a node blocks a sibling's real TCP connection, not the host's."""
 import socket
-import subprocess
 
 import pytest
 

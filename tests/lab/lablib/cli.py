@@ -1,12 +1,11 @@
 """`lab up|down|status`."""
 import argparse
 import os
-import subprocess
 import sys
 import time
 
 from . import config, host, image, inventory, k8s, nodes, packages
-from .util import LabError, log, run
+from .util import LabError, log
 
 
 def up(args):

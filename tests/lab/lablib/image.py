@@ -1,8 +1,6 @@
 """Node image: debootstrap rootfs -> `podman import` base -> `podman build` node image.
 Each image is tagged with a hash of its inputs, so an unchanged tree is never rebuilt."""
 import os
-import shutil
-import subprocess
 
 from . import config
 from .util import hash_files, log, run, safe_rmtree
@@ -105,5 +103,8 @@ def remove_images():
     for repo in (config.NODE_IMAGE, config.BASE_IMAGE):
         res = run(["podman", "images", "--format", "{{.Repository}}:{{.Tag}}", repo], check=False)
         for ref in res.stdout.split():
-            run(["podman", "rmi", "-f", ref], check=False)
+            # No -f: an image still used by some other container (e.g. Molecule's) stays.
+            r = run(["podman", "rmi", ref], check=False)
+            if r.returncode != 0:
+                log("kept %s: %s" % (ref, r.stderr.strip().splitlines()[-1] if r.stderr.strip() else "in use"))
     safe_rmtree(config.path("cache"))

@@ -1,7 +1,6 @@
 """Network, SSH key and node containers."""
 import json
 import os
-import time
 
 from . import config
 from .util import LabError, log, run, wait_for, write_if_changed
