@@ -46,12 +46,12 @@ def ensure_packages():
     return True
 
 
-def effective_podman_conf():
-    """Merge /etc/containers/containers.conf and its drop-ins the way podman 4.3 does
+def effective_podman_conf(etc="/etc/containers", usr="/usr/share/containers"):
+    """Merge containers.conf and its drop-ins the way podman 4.3 does
     (drop-ins in lexical order override the main file, key by key)."""
     merged = {}
-    files = ["/usr/share/containers/containers.conf", "/etc/containers/containers.conf"]
-    files += sorted(glob.glob("/etc/containers/containers.conf.d/*.conf"))
+    files = [os.path.join(usr, "containers.conf"), os.path.join(etc, "containers.conf")]
+    files += sorted(glob.glob(os.path.join(etc, "containers.conf.d", "*.conf")))
     for f in files:
         try:
             with open(f, "rb") as fh:
@@ -65,11 +65,14 @@ def effective_podman_conf():
     return merged
 
 
+def podman_conf_ok(merged):
+    return all(merged.get(k) == v for k, v in PODMAN_SETTINGS.items())
+
+
 def ensure_podman_conf():
     """podman 4.3 honours /etc/containers/containers.conf.d/ (checked on this machine),
     so the settings go into a drop-in, written only when not already in effect."""
-    merged = effective_podman_conf()
-    if all(merged.get(k) == v for k, v in PODMAN_SETTINGS.items()):
+    if podman_conf_ok(effective_podman_conf()):
         return False
     log("writing podman settings to " + DROPIN)
     write_if_changed(DROPIN, DROPIN_TEXT)

@@ -1,0 +1,55 @@
+"""The lab CLI's own logic, without starting anything (no `lab` marker: runs anywhere)."""
+import json
+
+import yaml
+
+from conftest import config
+from lablib import host, image, inventory
+from lablib.util import hash_files
+
+
+def test_inventory_groups_hosts_and_absolute_paths():
+    inv = yaml.safe_load(inventory.render())["all"]
+    assert inv["vars"]["hgpu_lab_kubeconfig"].startswith("/")
+    owned = inv["children"]["owned"]["children"]
+    cloud = inv["children"]["cloud"]["children"]
+    assert sorted(owned["ng_a100_535"]["hosts"]) == ["owned-a100-1", "owned-a100-2"]
+    assert sorted(owned["ng_l40s_550"]["hosts"]) == ["owned-l40s-1"]
+    assert sorted(cloud["ng_cloud_h200"]["hosts"]) == ["cloud-h200-1", "cloud-h200-2"]
+    assert sorted(inv["children"]["wave1"]["hosts"]) == ["owned-a100-1", "owned-a100-2", "owned-l40s-1"]
+    h = cloud["ng_cloud_h200"]["hosts"]["cloud-h200-2"]
+    assert h == {"ansible_host": "10.213.77.22", "ansible_user": "root",
+                 "ansible_ssh_private_key_file": config.path("ssh", "id_ed25519"),
+                 "node_group": "ng_cloud_h200", "matrix_row": "cloud-h200", "hgpu_role": "cloud"}
+
+
+def test_gpu_spec_matches_the_contract_shape():
+    spec = config.gpu_spec(config.NODES[0])
+    assert set(spec) == {"model", "count", "memory_mib", "pci_base", "uuid_seed", "mig",
+                         "compute_cap", "power_limit_w", "nccl", "faults"}
+    assert spec["uuid_seed"] == "owned-a100-1" and spec["count"] == 8
+    assert spec["faults"] == {"xid": [], "hide_gpus": 0, "nccl_wrong": 0, "nccl_busbw_factor": 1.0}
+    json.dumps(spec)
+
+
+def test_podman_settings_missing_then_satisfied_by_dropin(tmp_path):
+    etc, usr = tmp_path / "etc", tmp_path / "usr"
+    (etc / "containers.conf.d").mkdir(parents=True)
+    usr.mkdir()
+    (etc / "containers.conf").write_text('[engine]\nruntime = "crun"\n')
+    assert not host.podman_conf_ok(host.effective_podman_conf(str(etc), str(usr)))
+    (etc / "containers.conf.d" / "50-hybridgpu-lab.conf").write_text(host.DROPIN_TEXT)
+    assert host.podman_conf_ok(host.effective_podman_conf(str(etc), str(usr)))
+    # A later drop-in overriding one key breaks it again.
+    (etc / "containers.conf.d" / "90-other.conf").write_text('[engine]\ncgroup_manager = "systemd"\n')
+    assert not host.podman_conf_ok(host.effective_podman_conf(str(etc), str(usr)))
+
+
+def test_image_cache_key_follows_its_inputs(tmp_path):
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "f").write_text("one")
+    k1 = hash_files([str(tmp_path / "a")])
+    assert hash_files([str(tmp_path / "a")]) == k1
+    (tmp_path / "a" / "f").write_text("two")
+    assert hash_files([str(tmp_path / "a")]) != k1
+    assert image.node_ref().startswith(config.NODE_IMAGE + ":")
