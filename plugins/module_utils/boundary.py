@@ -11,6 +11,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import base64
 import datetime
 import os
 
@@ -64,12 +65,35 @@ def _egress_entry(value):
     return {"cidr": str(net.cidr), "port_min": low_i, "port_max": high_i, "entry": text}, None
 
 
+SSH_KEY_TYPES = ("ssh-ed25519", "ssh-rsa", "ecdsa-sha2-nistp256", "ecdsa-sha2-nistp384",
+                 "ecdsa-sha2-nistp521", "sk-ssh-ed25519@openssh.com",
+                 "sk-ecdsa-sha2-nistp256@openssh.com")
+
+
+def _ssh_public_key(value):
+    """'ssh-ed25519 AAAA... [comment]' -> the same text, stripped."""
+    if not isinstance(value, str):
+        return value, "expected an SSH public key line, got %s" % type(value).__name__
+    parts = value.split()
+    if len(parts) < 2 or parts[0] not in SSH_KEY_TYPES:
+        return value, "%r is not an SSH public key line (type base64 [comment])" % (value[:40],)
+    try:
+        base64.b64decode(parts[1], validate=True)
+    except (ValueError, TypeError):
+        return value, "%r: the key body is not base64" % (value[:40],)
+    return " ".join(parts), None
+
+
 def _person():
     return s.Map({
         "id": s.Field(s.Str(ID_PATTERN, hint="a lower-case id")),
         "name": s.Field(s.Str(), required=False),
         "email": s.Field(s.Str(r"^[^@\s]+@[^@\s]+$", hint="an e-mail address"), required=False),
         "organisation": s.Field(s.Str(), required=False),
+        # Public keys ("ssh-ed25519 AAAA... comment") a person signs change records with
+        # (issue 5); the approval gate derives its allowed_signers file from these.
+        "ssh_keys": s.Field(s.ListOf(s.Custom(_ssh_public_key), unique=True), required=False,
+                            default=list),
     })
 
 
@@ -304,6 +328,19 @@ class Boundary:
     def four_eyes(self, action):
         rule = self._rule(action)
         return bool(rule and rule["four_eyes"])
+
+    def person(self, person_id):
+        return next((dict(p) for p in self.doc["people"] if p["id"] == person_id), None)
+
+    def signing_keys(self, action=None):
+        """{person id: [public key lines]} of the approvers of ``action`` (of every action
+        when None) that have keys in ``people``."""
+        ids = set()
+        for name, rule in self.doc["change_rights"].items():
+            if action is None or name == action:
+                ids.update(rule["approvers"])
+        return {p["id"]: list(p.get("ssh_keys") or []) for p in self.doc["people"]
+                if p["id"] in ids and p.get("ssh_keys")}
 
     def revocation_steps(self):
         return {kind: [c["revocation"] for c in self.doc["credentials"] if c["kind"] == kind]
