@@ -56,8 +56,10 @@ RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
 class K8sError(Exception):
     """A failed API call, with what was attempted on which object."""
 
-    def __init__(self, action, status=None, reason=None, message=None, body=None):
+    def __init__(self, action, status=None, reason=None, message=None, body=None, cause=None):
         self.action = action
+        # the transport exception when no HTTP answer came back (status is None then)
+        self.cause = cause
         self.status = status
         self.reason = reason
         self.body = body or {}
@@ -76,6 +78,16 @@ class K8sError(Exception):
     @property
     def conflict(self):
         return self.status == 409
+
+    @property
+    def request_sent(self):
+        """False when the connection was never made (the request cannot have had an effect);
+        True when an HTTP answer came back or the connection broke after the request went out."""
+        if self.status is not None or self.cause is None:
+            return True
+        text = repr(self.cause)
+        return not any(word in text for word in ("NewConnectionError", "ConnectTimeoutError",
+                                                 "ConnectionRefusedError", "Connection refused"))
 
 
 def _decode(data):
@@ -166,7 +178,7 @@ class Kube(object):
                     self._wait(attempt, None)
                     continue
                 raise K8sError(action, message="cannot reach the API server at %s: %s"
-                               % (self.api_client.configuration.host, exc))
+                               % (self.api_client.configuration.host, exc), cause=exc)
 
     def _wait(self, attempt, exc):
         delay = min(self.max_backoff, self.backoff * (2 ** (attempt - 1)))

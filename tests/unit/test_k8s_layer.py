@@ -147,3 +147,35 @@ def test_node_summary():
                  "taints": [], "gpu_capacity": 8, "gpu_allocatable": 7, "kubelet_version": "v1.30.4",
                  "os_image": None, "kernel_version": None}
     assert k8s.node_ready({"status": {}}) == "Unknown"
+
+
+def test_transport_error_tells_whether_the_request_went_out():
+    # Nothing listens on port 9: the request never left, so it cannot have had an effect.
+    kube = k8s.Kube({"host": "http://127.0.0.1:9", "request_timeout": 1}, retries=0, sleep=lambda s: None)
+    with pytest.raises(k8s.K8sError) as err:
+        kube.create_job("ns", {"metadata": {"name": "j"}})
+    assert err.value.status is None and err.value.request_sent is False
+
+    # A server that reads the whole request and closes without answering: the effect is unknown.
+    import socket
+    lsock = socket.socket()
+    lsock.bind(("127.0.0.1", 0))
+    lsock.listen(1)
+    seen = []
+
+    def swallow():
+        conn, _ = lsock.accept()
+        seen.append(conn.recv(65536))
+        conn.close()
+    t = threading.Thread(target=swallow, daemon=True)
+    t.start()
+    kube = k8s.Kube({"host": "http://127.0.0.1:%d" % lsock.getsockname()[1], "request_timeout": 3},
+                    retries=0, sleep=lambda s: None)
+    with pytest.raises(k8s.K8sError) as err:
+        kube.create_job("ns", {"metadata": {"name": "j"}})
+    t.join(5)
+    lsock.close()
+    assert seen and seen[0].startswith(b"POST /apis/batch/v1/namespaces/ns/jobs")
+    assert err.value.status is None and err.value.request_sent is True
+    # An HTTP answer always counts as sent.
+    assert k8s.K8sError("x", 403, "Forbidden").request_sent is True
