@@ -1,0 +1,160 @@
+# -*- coding: utf-8 -*-
+# Copyright: hybridgpu.fleet contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Per-node validation records and the wave record (JSON + self-contained HTML).
+
+Layout under the records folder of a wave (``<records_dir>/<wave>/``, next to preflight's
+files): ``validate-<node>.json`` per node, ``wave.json`` and ``wave.html``. Files are written
+through a temporary file, fsync and rename (records.py's writer), and not rewritten when
+nothing but the ``run`` block changed. The HTML reuses records.py's style and escaping.
+"""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+
+from ansible_collections.hybridgpu.fleet.plugins.module_utils import records
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.validation import record_filename
+
+SCHEMA_VERSION = 1
+WAVE_JSON = "wave.json"
+WAVE_HTML = "wave.html"
+
+
+def _without_run(data):
+    data = dict(data)
+    data.pop("run", None)
+    return records.canonical(data)
+
+
+def _unchanged(path, data):
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return _without_run(json.load(handle)) == _without_run(data)
+    except (IOError, OSError, ValueError):
+        return False
+
+
+def atomic_write(path, text):
+    """Write through a temporary file in the same folder, fsync, rename."""
+    folder = os.path.dirname(path) or "."
+    if not os.path.isdir(folder):
+        os.makedirs(folder)
+    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", dir=folder)
+    os.close(fd)
+    try:
+        records._fsync_write(tmp, text)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def _dump(data):
+    return json.dumps(data, sort_keys=True, indent=2, ensure_ascii=False) + "\n"
+
+
+def write_node_record(folder, record, check_mode=False):
+    path = os.path.join(folder, record_filename(record["node"]))
+    if _unchanged(path, record):
+        return {"changed": False, "path": path}
+    if not check_mode:
+        atomic_write(path, _dump(record))
+    return {"changed": True, "path": path}
+
+
+def build_wave_record(wave, group, node_records, stages=None, run=None):
+    """node_records: the per-node records (as written). stages: {preflight|onboard|validate:
+    {status, detail}}. The wave passes when every stage passed and every node validated."""
+    nodes = []
+    for rec in sorted(node_records, key=lambda r: r["node"]):
+        nodes.append({"node": rec["node"], "side": rec.get("side"), "node_group": rec.get("node_group"),
+                      "passed": rec["passed"], "failed_steps": rec.get("failed_steps", []),
+                      "steps": dict((s["step"], s["passed"]) for s in rec.get("steps", [])),
+                      "record": record_filename(rec["node"])})
+    stages = stages or {}
+    failed_stages = sorted(k for k, val in stages.items() if val.get("status") != "passed")
+    passed = bool(nodes) and all(n["passed"] for n in nodes) and not failed_stages
+    return {"schema_version": SCHEMA_VERSION, "kind": "wave", "wave": wave, "group": group,
+            "passed": passed, "failed_stages": failed_stages, "stages": stages, "nodes": nodes,
+            "run": run or {}}
+
+
+def render_wave_html(record, node_records=None):
+    """Self-contained page: inline CSS, no scripts; links to the per-node JSON files next to it."""
+    e, cls = records._e, records._cls
+    by_node = dict((r["node"], r) for r in node_records or [])
+    out = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
+           "<title>Wave %s: onboarding and validation</title>" % e(record["wave"]),
+           "<style>%s</style></head><body>" % records._CSS,
+           "<h1>Wave %s: onboarding and validation</h1>" % e(record["wave"]),
+           "<p>Group %s &middot; verdict <span class=\"%s\">%s</span></p>" % (
+               e(record.get("group")), "pass" if record["passed"] else "fail",
+               "passed" if record["passed"] else "failed"),
+           "<p><small>run %s</small></p>" % e(", ".join("%s=%s" % (k, record["run"][k])
+                                                       for k in sorted(record["run"]))),
+           "<h2>Stages</h2><table><tr><th>Stage</th><th>Status</th><th>Detail</th></tr>"]
+    for name in ("preflight", "onboard", "validate"):
+        st = record["stages"].get(name)
+        if st is None:
+            continue
+        out.append("<tr><td>%s</td><td class=\"%s\">%s</td><td>%s</td></tr>" % (
+            e(name), "pass" if st.get("status") == "passed" else "fail", e(st.get("status")),
+            e(st.get("detail"))))
+    out.append("</table><h2>Nodes</h2><table><tr><th>Node</th><th>Side</th><th>Group</th>"
+               "<th>Verdict</th><th>Steps</th><th>Reasons</th><th>Record</th></tr>")
+    for node in record["nodes"]:
+        steps = " ".join('<span class="%s">%s</span>' % ("pass" if ok else "fail", e(step))
+                         for step, ok in sorted(node["steps"].items()))
+        reasons = []
+        for step in (by_node.get(node["node"]) or {}).get("steps", []):
+            reasons.extend("%s: %s" % (step["step"], r) for r in step.get("reasons", []))
+        out.append("<tr><td>%s</td><td>%s</td><td>%s</td><td class=\"%s\">%s</td><td>%s</td>"
+                   "<td>%s</td><td><a href=\"%s\">%s</a></td></tr>" % (
+                       e(node["node"]), e(node["side"]), e(node["node_group"]),
+                       "pass" if node["passed"] else "fail", "passed" if node["passed"] else "failed",
+                       steps, "<br>".join(e(r) for r in reasons) or "&mdash;",
+                       e(node["record"]), e(node["record"])))
+    if not record["nodes"]:
+        out.append('<tr><td colspan="7" class="fail">no node was validated</td></tr>')
+    out.append("</table>")
+    for node in record["nodes"]:
+        rec = by_node.get(node["node"])
+        if not rec:
+            continue
+        out.append("<h3 id=\"%s\">%s</h3><table><tr><th>Step</th><th>Verdict</th><th>Evidence</th></tr>"
+                   % (cls(node["node"]), e(node["node"])))
+        for step in rec.get("steps", []):
+            keep = dict((k, val) for k, val in step.items()
+                        if k not in ("step", "passed", "reasons", "owned", "cloud", "runs", "fired"))
+            out.append("<tr><td>%s</td><td class=\"%s\">%s</td><td><small>%s</small></td></tr>" % (
+                e(step["step"]), "pass" if step["passed"] else "fail",
+                "passed" if step["passed"] else "failed",
+                e(json.dumps(keep, sort_keys=True, default=str))))
+        out.append("</table>")
+    out.append("</body></html>\n")
+    return "\n".join(out)
+
+
+def write_wave_record(folder, record, node_records=None, check_mode=False):
+    json_path = os.path.join(folder, WAVE_JSON)
+    html_path = os.path.join(folder, WAVE_HTML)
+    if _unchanged(json_path, record) and os.path.exists(html_path):
+        return {"changed": False, "path": folder, "files": [json_path, html_path]}
+    if not check_mode:
+        atomic_write(html_path, render_wave_html(record, node_records))
+        atomic_write(json_path, _dump(record))
+    return {"changed": True, "path": folder, "files": [json_path, html_path]}
+
+
+def load_node_records(folder, nodes):
+    out = []
+    for node in nodes:
+        path = os.path.join(folder, record_filename(node))
+        if os.path.exists(path):
+            with open(path, encoding="utf-8") as handle:
+                out.append(json.load(handle))
+    return out

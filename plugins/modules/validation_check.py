@@ -1,0 +1,156 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: hybridgpu.fleet contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: validation_check
+short_description: Judge one step of the onboarding validation sequence from collected evidence
+version_added: 0.1.0
+description:
+  - Turns the evidence a validation step collected (GPU facts and the Node, two reference job
+    logs, all_reduce_perf output, scheduled Pods, Prometheus answers, a link-cut timeline) into
+    a verdict with the reasons it failed, naming the node and the field that differed.
+  - I(step=baseline) turns one or more all_reduce_perf outputs measured before onboarding into
+    a baseline range instead.
+  - Pure computation; changes nothing.
+options:
+  step:
+    description: Which step to judge.
+    type: str
+    required: true
+    choices: [inventory, reference_job, collectives, placement, telemetry, link_interruption, baseline]
+  node:
+    description: Node the verdict is about (for messages and records).
+    type: str
+  evidence:
+    description:
+      - Step inputs.
+      - C(inventory) - C(facts) (gpu_facts' C(hybridgpu_gpu)), C(node_obj) (the Node, or null),
+        C(expected) (C(gpu_model), C(gpu_count), C(gpu_memory_mib), or a preflight matrix row),
+        C(expected_labels).
+      - C(reference_job) - C(owned) and C(cloud), each C({node, image, log}); C(compare)
+        (C(checksum) or C(metric)); C(tolerance).
+      - C(collectives) - C(scope), C(output) (all_reduce_perf stdout), C(baseline) (C({low, high})).
+      - C(placement) - C(runs), C(node_sides).
+      - C(telemetry) - C(series_nodes), C(owned), C(cloud), C(existing_nodes), C(alerts),
+        C(alert_name), C(fault_node).
+      - C(link_interruption) - C(timeline), C(window_s), C(max_rejoin_s).
+      - C(baseline) - C(outputs) (list of all_reduce_perf stdout), C(margin).
+    type: dict
+    required: true
+  fail:
+    description: Fail the task when the verdict is negative (the verdict is returned either way).
+    type: bool
+    default: true
+attributes:
+  check_mode:
+    support: full
+    description: Only computes.
+  diff_mode:
+    support: none
+    description: Changes nothing.
+author:
+  - hybridgpu.fleet maintainers
+"""
+
+EXAMPLES = r"""
+- name: Inventory check against the matrix row
+  hybridgpu.fleet.validation_check:
+    step: inventory
+    node: "{{ inventory_hostname }}"
+    evidence:
+      facts: "{{ ansible_facts.hybridgpu_gpu }}"
+      node_obj: "{{ node_info.nodes[0] | default(None) }}"
+      expected: {gpu_model: NVIDIA A100-SXM4-80GB, gpu_count: 8, gpu_memory_mib: 81920}
+
+- name: NCCL all-reduce inside the node against the group's baseline
+  hybridgpu.fleet.validation_check:
+    step: collectives
+    node: "{{ inventory_hostname }}"
+    evidence:
+      scope: intra-node
+      output: "{{ nccl_run.stdout }}"
+      baseline: {low: 200.0, high: 260.0}
+"""
+
+RETURN = r"""
+verdict:
+  description: C({step, passed, reasons, ...evidence}); for I(step=baseline) the baseline range.
+  returned: always
+  type: dict
+passed:
+  description: Whether the step passed.
+  returned: always
+  type: bool
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.hybridgpu.fleet.plugins.module_utils import validation as v
+
+
+def judge(step, node, ev):
+    """The verdict dict of one step (raises ValidationError or KeyError on bad evidence)."""
+    if step == "inventory":
+        expected = v.expected_from_matrix_row(ev.get("expected") or {})
+        node_obj = ev.get("node_obj")
+        if isinstance(node_obj, dict) and "metadata" not in node_obj and "labels" in node_obj:
+            # a k8s_node_info summary: rebuild the parts the verdict reads
+            node_obj = {"metadata": {"labels": node_obj["labels"]},
+                        "status": {"capacity": {"nvidia.com/gpu": node_obj.get("gpu_capacity")}}}
+        return v.inventory_verdict(node, ev.get("facts"), node_obj or None, expected,
+                                   ev.get("expected_labels"))
+    if step == "reference_job":
+        sides = {}
+        for side in ("owned", "cloud"):
+            run = ev[side]
+            sides[side] = {"node": run["node"], "image": run.get("image"),
+                           "result": v.parse_reference_log(run.get("log"))}
+        return v.reference_verdict(sides["owned"], sides["cloud"], ev.get("compare", "checksum"),
+                                   float(ev.get("tolerance", 1e-6)))
+    if step == "collectives":
+        return v.nccl_verdict(ev.get("scope", "intra-node"), v.nccl_summary(ev.get("output")),
+                              ev.get("baseline"))
+    if step == "placement":
+        return v.placement_verdict(list(ev["runs"]), dict(ev.get("node_sides") or {}))
+    if step == "telemetry":
+        return v.telemetry_verdict(ev.get("series_nodes") or [], ev.get("owned") or [],
+                                   ev.get("cloud") or [], ev.get("existing_nodes") or [],
+                                   ev.get("alerts") or [], ev.get("alert_name"), ev.get("fault_node"))
+    if step == "link_interruption":
+        return v.interruption_verdict(dict(ev["timeline"]), ev.get("window_s"),
+                                      float(ev.get("max_rejoin_s", 60)))
+    if step == "baseline":
+        base = v.baseline_from_summaries([v.nccl_summary(o) for o in ev["outputs"]],
+                                         float(ev.get("margin", 0.10)))
+        base.update(step="baseline", passed=True, reasons=[])
+        return base
+    raise v.ValidationError("unknown step %r" % step)
+
+
+def main():
+    module = AnsibleModule(argument_spec=dict(
+        step=dict(type="str", required=True, choices=list(v.STEPS) + ["baseline"]),
+        node=dict(type="str"),
+        evidence=dict(type="dict", required=True),
+        fail=dict(type="bool", default=True),
+    ), supports_check_mode=True)
+    p = module.params
+    try:
+        verdict = judge(p["step"], p["node"], p["evidence"])
+    except (v.ValidationError, KeyError, TypeError, ValueError) as exc:
+        module.fail_json(msg="validation step %s on node %s: bad evidence: %s" % (
+            p["step"], p["node"], exc if not isinstance(exc, KeyError) else "missing %s" % exc))
+    if p["node"]:
+        verdict.setdefault("node", p["node"])
+    if not verdict["passed"] and p["fail"]:
+        module.fail_json(msg="validation step %s failed on node %s: %s" % (
+            p["step"], p["node"], "; ".join(verdict["reasons"])), verdict=verdict, passed=False)
+    module.exit_json(changed=False, verdict=verdict, passed=verdict["passed"])
+
+
+if __name__ == "__main__":
+    main()
