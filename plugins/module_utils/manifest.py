@@ -1,0 +1,162 @@
+# -*- coding: utf-8 -*-
+# Copyright: hybridgpu.fleet contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Per-node onboarding manifest: every artefact onboarding created, so removal reverses
+exactly that and nothing else.
+
+One JSON document per node::
+
+    {"schema_version": 1, "node": "owned-a100-1",
+     "pre_onboarding": {...},            # standalone state, recorded once, never overwritten
+     "sections": {"join": {"artefacts": [...], "facts": {...}}, "placement": {...}, ...}}
+
+Each role writes its own section. Artefacts are dicts with a ``kind`` and the fields that
+identify them (IDENTITY); recording the same artefact again updates it in place, so reruns
+leave the document byte-identical. The file is written to a temporary sibling and renamed.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import re
+import tempfile
+
+SCHEMA_VERSION = 1
+
+# Fields that identify an artefact of each kind (besides the kind itself).
+IDENTITY = {
+    "file": ("path",),
+    "directory": ("path",),
+    "dropin": ("path",),
+    "unit": ("name",),
+    "user": ("name",),
+    "group": ("name",),
+    "package": ("name",),
+    "key": ("path",),
+    "nft_table": ("family", "name"),
+    "label": ("key",),
+    "taint": ("key", "effect"),
+    "api_object": ("cluster", "api_version", "resource", "namespace", "name"),
+    "provider_rule": ("provider", "firewall", "name"),
+}
+
+SECTION_RE = re.compile(r"^[a-z][a-z0-9_]{0,40}$")
+NODE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$")
+
+
+class ManifestError(ValueError):
+    """Bad manifest input; the message names the section and artefact."""
+
+
+def identity(artefact):
+    kind = artefact.get("kind")
+    return (kind,) + tuple(str(artefact.get(f) or "") for f in IDENTITY[kind])
+
+
+def check_artefacts(section, artefacts):
+    out = []
+    for i, art in enumerate(artefacts or []):
+        where = "%s.artefacts[%d]" % (section, i)
+        if not isinstance(art, dict):
+            raise ManifestError("%s: expected a dict with kind and its identifying fields" % where)
+        kind = art.get("kind")
+        if kind not in IDENTITY:
+            raise ManifestError("%s.kind: %r is not one of %s" % (where, kind, ", ".join(sorted(IDENTITY))))
+        missing = [f for f in IDENTITY[kind] if f not in art or art[f] is None]
+        # a cluster-scoped API object has no namespace
+        if kind == "api_object" and "namespace" in missing:
+            missing.remove("namespace")
+        if missing:
+            raise ManifestError("%s: a %s needs %s" % (where, kind, ", ".join(missing)))
+        out.append(dict(art))
+    return out
+
+
+def empty(node):
+    return {"schema_version": SCHEMA_VERSION, "node": node, "pre_onboarding": None, "sections": {}}
+
+
+def merge(doc, node, section=None, artefacts=None, facts=None, pre_onboarding=None, replace=False):
+    """Return a new document with `section` updated. The input is not modified.
+
+    replace=False adds/updates artefacts and keeps earlier ones (removal must still see
+    them); replace=True makes the section's artefact list exactly `artefacts` (for state
+    that is fully re-declared on every run, like placement labels).
+    """
+    if not NODE_RE.match(node or ""):
+        raise ManifestError("node: %r is not a node name" % (node,))
+    doc = copy.deepcopy(doc) if doc else empty(node)
+    if doc.get("node") != node:
+        raise ManifestError("the manifest belongs to node %r, not %r" % (doc.get("node"), node))
+    doc.setdefault("sections", {})
+    if pre_onboarding is not None and not doc.get("pre_onboarding"):
+        doc["pre_onboarding"] = pre_onboarding
+    if section is None:
+        return doc
+    if not SECTION_RE.match(section):
+        raise ManifestError("section: %r must be a lower-case name" % (section,))
+    new = check_artefacts(section, artefacts)
+    sec = doc["sections"].setdefault(section, {"artefacts": [], "facts": {}})
+    if replace:
+        merged = {}
+    else:
+        merged = dict((identity(a), a) for a in sec.get("artefacts", []))
+    for art in new:
+        merged[identity(art)] = art
+    sec["artefacts"] = [merged[k] for k in sorted(merged)]
+    if facts:
+        sec.setdefault("facts", {}).update(facts)
+    return doc
+
+
+def artefacts(doc, kind=None):
+    """Every artefact of every section (optionally one kind), tagged with its section."""
+    out = []
+    for name, sec in sorted(((doc or {}).get("sections") or {}).items()):
+        for art in sec.get("artefacts", []):
+            if kind is None or art.get("kind") == kind:
+                out.append(dict(art, section=name))
+    return out
+
+
+def dumps(doc):
+    return json.dumps(doc, indent=2, sort_keys=True) + "\n"
+
+
+def load(path):
+    """The manifest at `path`, or None when there is none yet."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return json.load(fh)
+    except FileNotFoundError:
+        return None
+    except ValueError as err:
+        raise ManifestError("%s is not valid JSON (%s); fix or move it aside" % (path, err))
+
+
+def write(path, doc):
+    """Write atomically (temp sibling + rename). Returns True when the content changed."""
+    text = dumps(doc)
+    try:
+        with open(path, encoding="utf-8") as fh:
+            if fh.read() == text:
+                return False
+    except FileNotFoundError:
+        pass
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".manifest-", dir=folder)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, 0o640)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return True
