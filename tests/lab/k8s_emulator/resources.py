@@ -42,6 +42,8 @@ RESOURCES = [
     Resource("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", True, ["pdb"],
              ["status"]),
     Resource("coordination.k8s.io", "v1", "leases", "Lease", True, has_status=False),
+    # Object-count quota only (spec.hard "count/<plural>[.<group>]"), checked on create.
+    Resource("", "v1", "resourcequotas", "ResourceQuota", True, ["quota"], ["status"]),
 ]
 
 BY_PATH = {(r.group, r.version, r.plural): r for r in RESOURCES}

@@ -210,6 +210,8 @@ class Store:
                 what = "%s.%s" % (res.plural, res.group) if res.group else res.plural
                 raise ApiError(409, "AlreadyExists", '%s "%s" already exists' % (what, name),
                                {"name": name, "group": res.group, "kind": res.plural})
+            if res.namespaced and res.plural != "resourcequotas":
+                self._check_quota(res, ns, name)
             for key in ("resourceVersion", "deletionTimestamp", "managedFields"):
                 meta.pop(key, None)
             meta["uid"] = str(uuid.uuid4())
@@ -219,6 +221,23 @@ class Store:
             if admit:
                 admit(None, obj)
             return self._commit(res, obj)
+
+    def _check_quota(self, res, ns, name):
+        """Object-count ResourceQuota admission: 403 'exceeded quota', as kube-apiserver answers."""
+        what = "%s.%s" % (res.plural, res.group) if res.group else res.plural
+        key = "count/" + what
+        for (qns, qname), quota in sorted(self.objects["resourcequotas"].items()):
+            if qns != ns:
+                continue
+            hard = ((quota.get("spec") or {}).get("hard") or {}).get(key)
+            if hard is None:
+                continue
+            used = sum(1 for (ons, _) in self.objects[res.plural] if ons == ns)
+            if used + 1 > int(hard):
+                raise ApiError(403, "Forbidden",
+                               '%s "%s" is forbidden: exceeded quota: %s, requested: %s=1, used: %s=%d, '
+                               'limited: %s=%s' % (what, name, qname, key, key, used, key, hard),
+                               {"name": name, "group": res.group, "kind": res.plural})
 
     def _default(self, res, obj):
         kind = res.kind
