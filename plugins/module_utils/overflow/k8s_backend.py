@@ -1,0 +1,378 @@
+# -*- coding: utf-8 -*-
+# Copyright: contributors to hybridgpu.fleet
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Overflow backends on Kubernetes: the local queue as batch/v1 Jobs, and the cloud cluster.
+
+Local queue (on-prem cluster): the job ID is the Job name in one namespace. Holding sets
+`spec.suspend: true` (the field Kueue uses to keep a Job from starting) plus the annotation
+`hybridgpu.io/overflow-hold`, with the Job's resourceVersion as a precondition, so a Job that a
+scheduler touched in between is read again rather than overwritten. A Job with a pod bound to a
+node has started: hold answers ALREADY_STARTED and changes nothing. Withdraw keeps the Job,
+suspended, with `hybridgpu.io/overflow-withdrawn`, so the ID stays visible and never runs.
+
+Cloud cluster: one Job per job ID, named by protocol.cloud_job_name and labelled with the job
+and attempt IDs. A create that gets no HTTP answer raises LostResponse when the request went
+out and LinkDown when it never did (K8sError.request_sent). 409 AlreadyExists is adopted. A
+403/422 answer (quota, admission) is a rejection. Every call goes through module_utils/k8s.py.
+"""
+from __future__ import annotations
+
+import calendar
+import time
+
+from .. import k8s
+from . import backends as b
+from .protocol import ANNOTATION_JOB_ID, LABEL_ATTEMPT, LABEL_JOB, cloud_job_name
+from .trigger import QueueJob, QueueSnapshot
+
+HOLD_ANNOTATION = "hybridgpu.io/overflow-hold"
+WITHDRAWN_ANNOTATION = "hybridgpu.io/overflow-withdrawn"
+CLASS_LABEL = "hybridgpu.io/job-class"
+DEADLINE_ANNOTATION = "hybridgpu.io/deadline"
+GPU_PRODUCT = "nvidia.com/gpu.product"
+GPU = "nvidia.com/gpu"
+GPU_TYPE_ANNOTATION = "hybridgpu.io/gpu-type"
+# The line a cloud job prints once its output is in cloud storage.
+OUTPUT_MARK = "OVF_OUTPUT"
+
+
+def _ts(text):
+    """RFC 3339 UTC timestamp -> epoch seconds (None when absent)."""
+    if not text:
+        return None
+    return float(calendar.timegm(time.strptime(text.replace("Z", "")[:19], "%Y-%m-%dT%H:%M:%S")))
+
+
+def _cond(obj, ctype):
+    for c in (obj.get("status") or {}).get("conditions") or []:
+        if c.get("type") == ctype and c.get("status") == "True":
+            return c
+    return None
+
+
+def _job_gpus(job):
+    total = 0
+    for c in (((job.get("spec") or {}).get("template") or {}).get("spec") or {}).get("containers") or []:
+        lim = (c.get("resources") or {}).get("limits") or {}
+        try:
+            total += int(lim.get(GPU, 0))
+        except (TypeError, ValueError):
+            pass
+    return total
+
+
+def product_label(gpu_type):
+    """GPU type as a label value, the way GPU feature discovery writes it (spaces become dashes)."""
+    return gpu_type.replace(" ", "-") if gpu_type else gpu_type
+
+
+def _job_gpu_type(job):
+    ann = job["metadata"].get("annotations") or {}
+    if ann.get(GPU_TYPE_ANNOTATION):
+        return ann[GPU_TYPE_ANNOTATION]
+    pod_spec = ((job.get("spec") or {}).get("template") or {}).get("spec") or {}
+    return (pod_spec.get("nodeSelector") or {}).get(GPU_PRODUCT)
+
+
+def build_job(name, namespace, command, gpus=0, gpu_type=None, image="localhost/overflow-job:1", env=None,
+              labels=None, annotations=None, node_selector=None, tolerations=None, suspend=False,
+              backoff_limit=0):
+    """A batch/v1 Job body with one container (the lab's node agent runs `command` as a process)."""
+    selector = dict(node_selector or {})
+    annotations = dict(annotations or {})
+    if gpu_type:
+        selector[GPU_PRODUCT] = product_label(gpu_type)
+        annotations[GPU_TYPE_ANNOTATION] = gpu_type
+    container = {"name": "job", "image": image, "command": list(command),
+                 "env": [{"name": k, "value": str(v)} for k, v in sorted((env or {}).items())]}
+    if gpus:
+        container["resources"] = {"limits": {GPU: str(gpus)}, "requests": {GPU: str(gpus)}}
+    pod_spec = {"restartPolicy": "Never", "containers": [container]}
+    if selector:
+        pod_spec["nodeSelector"] = selector
+    if tolerations:
+        pod_spec["tolerations"] = list(tolerations)
+    meta = {"name": name, "namespace": namespace, "labels": dict(labels or {})}
+    if annotations:
+        meta["annotations"] = dict(annotations)
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": meta,
+            "spec": {"suspend": bool(suspend), "backoffLimit": backoff_limit,
+                     "template": {"metadata": {"labels": dict(labels or {})}, "spec": pod_spec}}}
+
+
+class K8sLocalQueue(b.LocalQueue):
+    """The on-prem queue as Kubernetes Jobs in one namespace; the job ID is the Job name."""
+
+    def __init__(self, kube, namespace="overflow-local", node_selector=None, tolerations=None):
+        self.kube = kube
+        self.ns = namespace
+        self.node_selector = dict(node_selector or {})
+        self.tolerations = list(tolerations or [])
+
+    def ensure_namespace(self):
+        return self.kube.ensure_namespace(self.ns)
+
+    def enqueue(self, job_id, job_class, command, gpus=1, gpu_type=None, deadline=None, env=None):
+        """Submit a job to the local queue (what a user does); returns the created Job."""
+        ann = {DEADLINE_ANNOTATION: "%d" % deadline} if deadline else None
+        body = build_job(job_id, self.ns, command, gpus=gpus, gpu_type=gpu_type, env=env,
+                         labels={CLASS_LABEL: job_class}, annotations=ann,
+                         node_selector=self.node_selector, tolerations=self.tolerations)
+        return self.kube.create_job(self.ns, body)
+
+    def _pods(self, job_id):
+        return self.kube.list_pods(self.ns, label_selector="job-name=%s" % job_id)
+
+    @staticmethod
+    def _started(pods):
+        return any((p.get("spec") or {}).get("nodeName") or (p.get("status") or {}).get("phase") == "Running"
+                   for p in pods)
+
+    def hold(self, job_id, attempts=5):
+        for _ in range(attempts):
+            job = self.kube.get_job(self.ns, job_id)
+            if job is None:
+                return b.GONE
+            ann = job["metadata"].get("annotations") or {}
+            if WITHDRAWN_ANNOTATION in ann:
+                return b.GONE
+            if _cond(job, "Complete") or _cond(job, "Failed"):
+                return b.ALREADY_STARTED
+            if (job.get("spec") or {}).get("suspend") and HOLD_ANNOTATION in ann:
+                return b.HELD
+            if self._started(self._pods(job_id)):
+                return b.ALREADY_STARTED
+            patch = {"metadata": {"resourceVersion": job["metadata"]["resourceVersion"],
+                                  "annotations": {HOLD_ANNOTATION: "%d" % time.time()}},
+                     "spec": {"suspend": True}}
+            try:
+                self.kube.patch_job(self.ns, job_id, patch, patch_type="merge")
+            except k8s.K8sError as err:
+                if err.conflict:
+                    continue        # changed under us (a scheduler bound it?): read again
+                if err.not_found:
+                    return b.GONE
+                raise
+            return b.HELD
+        raise k8s.K8sError("hold job %s/%s" % (self.ns, job_id), message="still conflicting after %d tries"
+                           % attempts)
+
+    def release(self, job_id):
+        job = self.kube.get_job(self.ns, job_id)
+        if job is None:
+            return False
+        ann = job["metadata"].get("annotations") or {}
+        if HOLD_ANNOTATION not in ann or WITHDRAWN_ANNOTATION in ann:
+            return False
+        self.kube.patch_job(self.ns, job_id, {"metadata": {"annotations": {HOLD_ANNOTATION: None}},
+                                              "spec": {"suspend": False}}, patch_type="merge")
+        return True
+
+    def withdraw(self, job_id):
+        job = self.kube.get_job(self.ns, job_id)
+        if job is None or HOLD_ANNOTATION not in (job["metadata"].get("annotations") or {}):
+            return False
+        self.kube.patch_job(self.ns, job_id, {"metadata": {"annotations": {
+            WITHDRAWN_ANNOTATION: "%d" % time.time()}}, "spec": {"suspend": True}}, patch_type="merge")
+        return True
+
+    def _state_of(self, job, pods):
+        if job is None:
+            return b.Q_GONE
+        ann = job["metadata"].get("annotations") or {}
+        if WITHDRAWN_ANNOTATION in ann:
+            return b.Q_WITHDRAWN
+        if _cond(job, "Complete") or _cond(job, "Failed"):
+            return b.Q_DONE
+        if (job.get("spec") or {}).get("suspend"):
+            return b.Q_HELD if HOLD_ANNOTATION in ann else b.Q_QUEUED   # suspended by Kueue: still queued
+        return b.Q_RUNNING if self._started(pods) else b.Q_QUEUED
+
+    def state(self, job_id):
+        job = self.kube.get_job(self.ns, job_id)
+        return self._state_of(job, self._pods(job_id) if job else [])
+
+    def snapshot(self, now=None):
+        """The queue as trigger.QueueSnapshot: one list of Jobs, one of pods, one of Nodes."""
+        now = time.time() if now is None else now
+        jobs = self.kube.list_jobs(self.ns, label_selector=CLASS_LABEL)
+        pods = self.kube.list_pods(self.ns)
+        by_job = {}
+        for p in pods:
+            by_job.setdefault((p["metadata"].get("labels") or {}).get("job-name"), []).append(p)
+        entries = []
+        for j in jobs:
+            name = j["metadata"]["name"]
+            st = self._state_of(j, by_job.get(name, []))
+            state = {b.Q_QUEUED: "pending", b.Q_RUNNING: "running", b.Q_HELD: "held"}.get(st, st)
+            ann = j["metadata"].get("annotations") or {}
+            entries.append(QueueJob(name, j["metadata"]["labels"][CLASS_LABEL],
+                                    _ts(j["metadata"].get("creationTimestamp")) or now, state, _job_gpus(j),
+                                    _job_gpu_type(j), deadline=ann.get(DEADLINE_ANNOTATION)))
+        free, total = self._gpu_capacity(dict((product_label(e.gpu_type), e.gpu_type) for e in entries
+                                              if e.gpu_type))
+        return QueueSnapshot(now, entries, free, total)
+
+    def _gpu_capacity(self, names):
+        """Free and total GPUs by product over Ready nodes matching the queue's node selector.
+        `names` maps a product label value back to the GPU type the job classes use."""
+        sel = ",".join("%s=%s" % kv for kv in sorted(self.node_selector.items())) or None
+        nodes = self.kube.list_nodes(label_selector=sel)
+        used = {}
+        for p in self.kube.list_pods(field_selector="status.phase=Running"):
+            node = (p.get("spec") or {}).get("nodeName")
+            for c in (p.get("spec") or {}).get("containers") or []:
+                used[node] = used.get(node, 0) + int(((c.get("resources") or {}).get("limits") or {}).get(GPU, 0))
+        free, total = {}, {}
+        for n in nodes:
+            if k8s.node_ready(n) != "True" or (n.get("spec") or {}).get("unschedulable"):
+                continue
+            product = (n["metadata"].get("labels") or {}).get(GPU_PRODUCT)
+            product = names.get(product, product)
+            cap = k8s._int(((n.get("status") or {}).get("allocatable") or {}).get(GPU))
+            if not product:
+                continue
+            total[product] = total.get(product, 0) + cap
+            free[product] = free.get(product, 0) + max(0, cap - used.get(n["metadata"]["name"], 0))
+        return free, total
+
+
+class K8sCloudCluster(b.CloudCluster):
+    """The cloud cluster: one Job per job ID in `namespace`; `pool` is 'warm' (standing pool) or 'on_demand'."""
+
+    def __init__(self, kube, namespace="overflow", pool="warm", node_lost_after=None):
+        self.kube = kube
+        self.ns = namespace
+        self.pool = pool
+        self.node_lost_after = node_lost_after
+
+    def ensure_namespace(self):
+        return self.kube.ensure_namespace(self.ns)
+
+    def _link(self, err, action):
+        """Map a K8sError without HTTP status to LinkDown; re-raise the rest."""
+        if err.status is None:
+            raise b.LinkDown("%s: management link to the cloud is down: %s" % (action, err.message))
+        raise err
+
+    def body(self, name, job_id, attempt_id, spec):
+        env = dict(spec.get("env") or {})
+        env.update({"OVF_JOB_ID": job_id, "OVF_ATTEMPT_ID": attempt_id})
+        ann = dict(spec.get("annotations") or {})
+        ann[ANNOTATION_JOB_ID] = job_id
+        return build_job(name, self.ns, spec.get("command") or ["true"], gpus=spec.get("gpus", 0),
+                         gpu_type=spec.get("cloud_gpu_type"), image=spec.get("image") or "localhost/overflow-job:1",
+                         env=env, labels=spec.get("labels"), annotations=ann,
+                         node_selector=spec.get("node_selector"), backoff_limit=0)
+
+    def submit(self, name, job_id, attempt_id, spec):
+        body = self.body(name, job_id, attempt_id, spec)
+        saved = self.kube.retries
+        self.kube.retries = 0       # a create is never retried blindly: the protocol reconciles
+        try:
+            created = self.kube.create_job(self.ns, body)
+        except k8s.K8sError as err:
+            if err.status is None:
+                if err.request_sent:
+                    raise b.LostResponse("create of Job %s/%s: no response (%s)" % (self.ns, name, err.message))
+                raise b.LinkDown("create of Job %s/%s never got out: %s" % (self.ns, name, err.message))
+            if err.conflict and (err.body.get("reason") == "AlreadyExists" or "already exists" in (err.message or "")):
+                existing = self.find_by_job_id(job_id)
+                if existing is not None:
+                    return b.SubmitResult(b.ALREADY_EXISTS, job=existing)
+            if err.status in (400, 403, 422):
+                return b.SubmitResult(b.REJECTED, reason="HTTP %s: %s" % (err.status, err.message))
+            if err.status >= 500:
+                raise b.LostResponse("create of Job %s/%s: HTTP %s, effect unknown" % (self.ns, name, err.status))
+            raise
+        finally:
+            self.kube.retries = saved
+        return b.SubmitResult(b.CREATED, job=self._cloud_job(created, []))
+
+    def _jobs(self, job_id):
+        try:
+            return self.kube.list_jobs(self.ns, label_selector="%s=%s" % (LABEL_JOB, cloud_job_name(job_id)))
+        except k8s.K8sError as err:
+            self._link(err, "look up Jobs of %s" % job_id)
+
+    def find_by_job_id(self, job_id):
+        jobs = self._jobs(job_id)
+        if not jobs:
+            return None
+        job = jobs[0]
+        try:
+            pods = self.kube.list_pods(self.ns, label_selector="job-name=%s" % job["metadata"]["name"])
+        except k8s.K8sError as err:
+            self._link(err, "list pods of %s" % job_id)
+        return self._cloud_job(job, pods)
+
+    def _cloud_job(self, job, pods):
+        meta = job["metadata"]
+        labels = meta.get("labels") or {}
+        cj = b.CloudJob(meta["name"], (meta.get("annotations") or {}).get(ANNOTATION_JOB_ID),
+                        labels.get(LABEL_ATTEMPT))
+        if meta.get("deletionTimestamp"):
+            cj.phase = b.TERMINATING
+        elif _cond(job, "Complete"):
+            cj.phase = b.SUCCEEDED
+            cj.output_checksum = self._output_checksum(pods)
+            if cj.output_checksum is None:
+                cj.phase, cj.reason = b.FAILED, "job finished without reporting its output checksum"
+        elif _cond(job, "Failed"):
+            cj.phase, cj.reason = b.FAILED, _cond(job, "Failed").get("reason")
+        elif any((p.get("status") or {}).get("phase") == "Running" for p in pods):
+            cj.phase = b.RUNNING
+            lost = self._lost_node(pods)
+            if lost:
+                cj.phase, cj.reason = b.FAILED, "NodeLost: %s is not Ready" % lost
+        else:
+            cj.phase = b.PENDING
+        return cj
+
+    def _lost_node(self, pods):
+        """Name of a node running this job whose Ready condition is not True (heartbeats stopped)."""
+        for p in pods:
+            node = (p.get("spec") or {}).get("nodeName")
+            if not node or (p.get("status") or {}).get("phase") != "Running":
+                continue
+            got = self.kube.get_node(node)
+            if got is None or k8s.node_ready(got) != "True":
+                return node
+        return None
+
+    def _output_checksum(self, pods):
+        for p in pods:
+            if (p.get("status") or {}).get("phase") != "Succeeded":
+                continue
+            try:
+                text = self.kube.pod_log(self.ns, p["metadata"]["name"])
+            except Exception:   # the log endpoint raises the client's own types
+                continue
+            for line in reversed(text.splitlines()):
+                parts = line.split()
+                if len(parts) >= 2 and parts[0] == OUTPUT_MARK:
+                    return parts[1]
+        return None
+
+    def output_ref(self, job_id):
+        """Where the job's output lies in cloud storage, as the job printed it (third field), or None."""
+        jobs = self._jobs(job_id)
+        if not jobs:
+            return None
+        pods = self.kube.list_pods(self.ns, label_selector="job-name=%s" % jobs[0]["metadata"]["name"])
+        for p in pods:
+            if (p.get("status") or {}).get("phase") != "Succeeded":
+                continue
+            for line in reversed(self.kube.pod_log(self.ns, p["metadata"]["name"]).splitlines()):
+                parts = line.split()
+                if len(parts) >= 3 and parts[0] == OUTPUT_MARK:
+                    return parts[2]
+        return None
+
+    def stop(self, job_id):
+        try:
+            for job in self._jobs(job_id) or []:
+                self.kube.delete_job(self.ns, job["metadata"]["name"], propagation="Background")
+        except k8s.K8sError as err:
+            self._link(err, "delete Job of %s" % job_id)
+        return "returned_to_pool" if self.pool == "warm" else "released"
