@@ -1,5 +1,7 @@
 """`lab up|down|status`."""
 import argparse
+import contextlib
+import fcntl
 import os
 import sys
 import time
@@ -141,6 +143,20 @@ def status(args):
     return 0 if ok else 1
 
 
+@contextlib.contextmanager
+def lab_lock():
+    """One lab command at a time on this machine (outside .lab, which --purge deletes)."""
+    path = "/run/lock/hybridgpu-lab.lock"
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            log("another lab command is running; waiting for it")
+            fcntl.flock(fh, fcntl.LOCK_EX)
+        yield
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(prog="lab", description="The hybridgpu embedded lab (docs/lab-design.md).")
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -156,7 +172,8 @@ def main(argv=None):
         print("lab: must run as root (rootful podman, apt)", file=sys.stderr)
         return 2
     try:
-        return {"up": up, "down": down, "status": status, "image": image_cmd}[args.cmd](args)
+        with lab_lock():
+            return {"up": up, "down": down, "status": status, "image": image_cmd}[args.cmd](args)
     except LabError as exc:
         print("[lab] ERROR: %s" % exc, file=sys.stderr, flush=True)
         return 1

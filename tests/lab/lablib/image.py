@@ -1,6 +1,7 @@
 """Node image: debootstrap rootfs -> `podman import` base -> `podman build` node image.
 Each image is tagged with a hash of its inputs, so an unchanged tree is never rebuilt."""
 import os
+import tempfile
 
 from . import config
 from .util import hash_files, log, run, safe_rmtree
@@ -39,12 +40,20 @@ def _rootfs_tar():
     tar = os.path.join(cache, "rootfs-%s.tar" % base_key())
     if os.path.exists(tar):
         return tar
-    rootfs = os.path.join(cache, "rootfs-%s.d" % base_key())
-    safe_rmtree(rootfs)
-    log("debootstrap %s (minbase + %d packages) ..." % (config.SUITE, len(_packages())))
-    run(["debootstrap", "--variant=minbase", "--include=" + ",".join(_packages()),
-         config.SUITE, rootfs, config.MIRROR], timeout=1800)
-    # Package caches and lists are not needed in the image.
+    # A fresh directory each time: debootstrap refuses to extract over leftovers.
+    rootfs = tempfile.mkdtemp(prefix="rootfs-%s." % base_key(), dir=cache)
+    try:
+        log("debootstrap %s (minbase + %d packages) ..." % (config.SUITE, len(_packages())))
+        run(["debootstrap", "--variant=minbase", "--include=" + ",".join(_packages()),
+             config.SUITE, rootfs, config.MIRROR], timeout=1800)
+        pack_rootfs(rootfs, tar)
+    finally:
+        safe_rmtree(rootfs)
+    return tar
+
+
+def pack_rootfs(rootfs, tar):
+    """Drop apt caches and lists from a debootstrap tree and tar it up."""
     for sub in ("var/cache/apt/archives", "var/lib/apt/lists"):
         d = os.path.join(rootfs, sub)
         for f in os.listdir(d):
@@ -54,8 +63,6 @@ def _rootfs_tar():
     tmp = tar + ".tmp"
     run(["tar", "--numeric-owner", "--xattrs", "-C", rootfs, "-cf", tmp, "."], timeout=600)
     os.replace(tmp, tar)
-    safe_rmtree(rootfs)
-    return tar
 
 
 def _image_id(ref):
