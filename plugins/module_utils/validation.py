@@ -98,41 +98,8 @@ def inventory_verdict(node, facts, node_obj, expected, expected_labels=None):
 
 # -- step 2: reference job ---------------------------------------------------------------
 
-# A real, deterministic computation in the standard library: full-batch gradient descent on
-# a seeded linear regression. Prints one marked JSON line: checksum of the weights (exact
-# float repr) and the final mean squared error. Inputs come from the environment so the
-# owned and the cloud run get the same inputs through the same Job spec.
-REFERENCE_SCRIPT = r'''
-import hashlib, json, os, random
-seed = int(os.environ.get("REF_SEED", "1234"))
-n = int(os.environ.get("REF_SAMPLES", "512"))
-d = int(os.environ.get("REF_FEATURES", "8"))
-steps = int(os.environ.get("REF_STEPS", "200"))
-lr = float(os.environ.get("REF_LR", "0.05"))
-precision = os.environ.get("REF_PRECISION", "float64")
-rng = random.Random(seed)
-true_w = [rng.uniform(-2, 2) for _ in range(d)]
-xs = [[rng.gauss(0, 1) for _ in range(d)] for _ in range(n)]
-ys = [sum(a * b for a, b in zip(x, true_w)) + rng.gauss(0, 0.1) for x in xs]
-def q(v):
-    if precision == "float32":
-        import struct
-        return struct.unpack("f", struct.pack("f", v))[0]
-    return v
-w = [0.0] * d
-for _ in range(steps):
-    grad = [0.0] * d
-    for x, y in zip(xs, ys):
-        err = sum(a * b for a, b in zip(x, w)) - y
-        for j in range(d):
-            grad[j] += err * x[j]
-    w = [q(wj - lr * g / n) for wj, g in zip(w, grad)]
-loss = sum((sum(a * b for a, b in zip(x, w)) - y) ** 2 for x, y in zip(xs, ys)) / n
-checksum = hashlib.sha256(",".join(repr(v) for v in w).encode()).hexdigest()
-print("HGPU_REF " + json.dumps({"checksum": checksum, "loss": loss, "seed": seed, "samples": n,
-      "features": d, "steps": steps, "lr": lr, "precision": precision}, sort_keys=True))
-'''
-
+# The reference job itself is roles/validate/files/reference_job.py; it prints one line
+# starting with REF_MARK followed by JSON (checksum, loss and the inputs it used).
 REF_MARK = "HGPU_REF "
 
 

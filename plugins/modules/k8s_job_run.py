@@ -49,9 +49,8 @@ options:
     type: list
     elements: str
   env:
-    description: Environment entries C({name, value}).
-    type: list
-    elements: dict
+    description: Environment, either a dict C({NAME: value}) or a list of C({name, value}).
+    type: raw
   node_name:
     description: Required node affinity on C(kubernetes.io/hostname).
     type: str
@@ -192,7 +191,7 @@ def main():
         image=dict(type="str"),
         command=dict(type="list", elements="str"),
         args=dict(type="list", elements="str"),
-        env=dict(type="list", elements="dict"),
+        env=dict(type="raw"),
         node_name=dict(type="str"),
         node_selector=dict(type="dict"),
         tolerations=dict(type="list", elements="dict"),
@@ -209,8 +208,10 @@ def main():
         module.fail_json(msg=missing_required_lib("kubernetes"))
     p = module.params
     where = "job %s/%s (context %s)" % (p["namespace"], p["name"], p["context"])
+    if isinstance(p["env"], dict):
+        p["env"] = [{"name": k, "value": p["env"][k]} for k in sorted(p["env"])]
     for env in p["env"] or []:
-        if "name" not in env or "value" not in env:
+        if not isinstance(env, dict) or "name" not in env or "value" not in env:
             module.fail_json(msg="%s: every env entry needs name and value, got %r" % (where, env))
     result = {"changed": False, "job": p["name"]}
     try:
@@ -220,7 +221,8 @@ def main():
             exists = kube.get_job(p["namespace"], p["name"]) is not None
             if exists and not module.check_mode:
                 run.delete()
-            module.exit_json(changed=exists, **result)
+            result["changed"] = exists
+            module.exit_json(**result)
         if p["state"] == "run":
             body = job_manifest(p["name"], p["namespace"], p["image"], p["command"], p["args"],
                                 p["env"], p["node_name"], p["node_selector"], p["gpus"],

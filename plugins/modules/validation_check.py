@@ -104,11 +104,19 @@ def judge(step, node, ev):
         return v.inventory_verdict(node, ev.get("facts"), node_obj or None, expected,
                                    ev.get("expected_labels"))
     if step == "reference_job":
-        sides = {}
+        sides, missing = {}, []
         for side in ("owned", "cloud"):
             run = ev[side]
-            sides[side] = {"node": run["node"], "image": run.get("image"),
-                           "result": v.parse_reference_log(run.get("log"))}
+            try:
+                result = v.parse_reference_log(run.get("log"))
+            except v.ValidationError as exc:
+                result = None
+                missing.append("no result from the %s run on %s (pod phase %s): %s"
+                               % (side, run.get("node"), run.get("phase"), exc))
+            sides[side] = {"node": run.get("node"), "image": run.get("image"), "result": result}
+        if missing:
+            return {"step": "reference_job", "passed": False, "reasons": missing,
+                    "owned": sides["owned"], "cloud": sides["cloud"]}
         return v.reference_verdict(sides["owned"], sides["cloud"], ev.get("compare", "checksum"),
                                    float(ev.get("tolerance", 1e-6)))
     if step == "collectives":

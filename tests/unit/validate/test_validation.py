@@ -9,6 +9,8 @@ import pytest
 from ansible_collections.hybridgpu.fleet.plugins.module_utils import validation as v
 
 DATA = os.path.join(os.path.dirname(__file__), "data")
+REF_JOB = os.path.join(os.path.dirname(__file__), "..", "..", "..", "roles", "validate", "files",
+                       "reference_job.py")
 A100 = {"gpu_model": "NVIDIA A100-SXM4-80GB", "gpu_count": 8, "gpu_memory_mib": 81920}
 
 
@@ -71,7 +73,7 @@ def test_inventory_expected_from_preflight_matrix_row_and_empty_refused():
 def run_reference(**env):
     full = dict(os.environ)
     full.update(("REF_" + k.upper(), str(val)) for k, val in env.items())
-    res = subprocess.run([sys.executable, "-c", v.REFERENCE_SCRIPT], capture_output=True, text=True,
+    res = subprocess.run([sys.executable, REF_JOB], capture_output=True, text=True,
                          env=full, timeout=60, check=True)
     return v.parse_reference_log("some noise\n" + res.stdout)
 

@@ -1,0 +1,253 @@
+"""The validation sequence (issue 4, seed 003) on the lab: playbooks/validate.yml passes on
+joined owned nodes, and each step fails for the right reason when a fault is injected:
+a hidden GPU, a reference job with other inputs, NCCL below baseline or with #wrong > 0, a
+restricted job without its label landing on a cloud node, a node that never rejoins.
+
+Owned nodes are joined to the `onprem` emulator by the module fixture when nothing else
+joined them (agent package from the lab apt repo, node credential Secret, kubeconfig, the
+restricted placement label), and returned to standalone afterwards. Faults go to
+owned-a100-2's GPU spec and are restored by finalizers."""
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+
+import pytest
+
+from conftest import ROOT, config, podman_exec, ssh
+
+from lablib import k8s as labk8s  # noqa: E402
+
+pytestmark = pytest.mark.lab
+
+OWNED = ["owned-a100-1", "owned-a100-2"]
+FAULT_NODE = "owned-a100-2"
+RESTRICTED = "node-restriction.kubernetes.io/data-class"
+MATRIX = {
+    "a100-535": {"gpu_model": "NVIDIA A100-SXM4-80GB", "gpu_count": 8, "gpu_memory_mib": 81920},
+    "l40s-550": {"gpu_model": "NVIDIA L40S", "gpu_count": 4, "gpu_memory_mib": 46068},
+}
+# Declared baselines (GB/s, avg bus bandwidth of -b 8M -e 64M -f 2) so the tests do not
+# depend on a baseline file; test_baseline_run_writes_group_files measures real ones.
+BASELINES = {"ng_a100_535": {"low": 170.0, "high": 220.0},
+             "ng_a100_535-multinode": {"low": 170.0, "high": 225.0}}
+
+
+def node_ready(name):
+    st, body = labk8s.api("onprem", "GET", "/api/v1/nodes/" + name)
+    if st != 200:
+        return None
+    for cond in body.get("status", {}).get("conditions", []):
+        if cond.get("type") == "Ready":
+            return cond.get("status")
+    return "Unknown"
+
+
+def wait_ready(name, timeout=60):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if node_ready(name) == "True":
+            return True
+        time.sleep(1)
+    return False
+
+
+def join(name):
+    node = next(n for n in config.NODES if n["name"] == name)
+    res = podman_exec(name, "sh", "-c", "DEBIAN_FRONTEND=noninteractive apt-get install -y -q "
+                      "hybridgpu-node-agent >/dev/null", timeout=180)
+    assert res.returncode == 0, res.stderr
+    labk8s.join_node(node, "onprem")
+    assert wait_ready(name), "%s did not become Ready on onprem" % name
+    st, body = labk8s.api("onprem", "PATCH", "/api/v1/nodes/" + name,
+                          body={"metadata": {"labels": {RESTRICTED: "restricted",
+                                                        "hybridgpu.io/side": "owned"}}})
+    assert st == 200, body
+
+
+def unjoin(name):
+    podman_exec(name, "sh", "-c", "systemctl disable --now hybridgpu-node-agent.service; "
+                "rm -rf /etc/hybridgpu/node-agent; DEBIAN_FRONTEND=noninteractive apt-get purge -y -q "
+                "hybridgpu-node-agent >/dev/null", timeout=120)
+    labk8s.api("onprem", "DELETE", "/api/v1/namespaces/kube-system/secrets/node-%s-token" % name)
+    labk8s.api("onprem", "DELETE", "/api/v1/nodes/" + name)
+
+
+@pytest.fixture(scope="module")
+def joined(lab):
+    """OWNED joined to onprem; only the nodes this fixture joined are returned to standalone."""
+    mine = [n for n in OWNED if node_ready(n) != "True"]
+    try:
+        for name in mine:
+            join(name)
+        yield OWNED
+    finally:
+        for name in mine:
+            unjoin(name)
+
+
+@pytest.fixture
+def records():
+    path = tempfile.mkdtemp(prefix="hgpu-validate-")
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def playbook(records_dir, *extra, limit=None, tags=None, extra_vars=None):
+    ev = {"validate_wave": "t", "hgpu_lab_records_dir": records_dir, "validate_matrix": MATRIX,
+          "validate_nccl_baselines": BASELINES, "validate_hosts": "owned",
+          "validate_fail_on_failed": True}
+    ev.update(extra_vars or {})
+    cmd = [os.path.join(ROOT, ".venv", "bin", "ansible-playbook"), "playbooks/validate.yml",
+           "-e", json.dumps(ev), "--limit", limit or ",".join(OWNED)]
+    if tags:
+        cmd += ["--tags", tags]
+    cmd += list(extra)
+    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"),
+               PATH=os.path.join(ROOT, ".venv", "bin") + os.pathsep + os.environ["PATH"])
+    return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+
+
+def record(records_dir, node):
+    with open(os.path.join(records_dir, "t", "validate-%s.json" % node)) as fh:
+        return json.load(fh)
+
+
+def step(rec, name):
+    return next(s for s in rec["steps"] if s["step"] == name)
+
+
+@pytest.fixture
+def gpu_spec():
+    """Edit owned-a100-2's GPU spec faults from the host; restored afterwards."""
+    path = config.path("nodes", FAULT_NODE, "gpu-spec.json")
+    with open(path) as fh:
+        original = fh.read()
+
+    def set_faults(**faults):
+        spec = json.loads(original)
+        spec["faults"].update(faults)
+        with open(path, "w") as fh:
+            json.dump(spec, fh, indent=2)
+    yield set_faults
+    with open(path, "w") as fh:
+        fh.write(original)
+
+
+# -- the sequence passes -------------------------------------------------------------------
+
+def test_sequence_passes_on_joined_owned_nodes(joined, records):
+    res = playbook(records, extra_vars={"validate_steps": ["inventory", "reference_job",
+                                                           "collectives", "placement"]})
+    assert res.returncode == 0, res.stdout[-6000:]
+    for node in OWNED:
+        rec = record(records, node)
+        assert rec["passed"], rec
+        assert [s["step"] for s in rec["steps"]] == ["inventory", "reference_job", "collectives",
+                                                     "placement"]
+        ref = step(rec, "reference_job")
+        assert ref["checksum_match"] and ref["owned"]["node"] == node
+        assert ref["cloud"]["node"].startswith("cloud-h200-")
+        coll = step(rec, "collectives")
+        scopes = [r["scope"] for r in coll["runs"]]
+        assert scopes == ["intra-node", "multi-node"]
+        assert sorted(coll["runs"][1]["hosts"]) == sorted(OWNED)
+        place = step(rec, "placement")
+        runs = {(r["cluster"], r["restricted"]): r for r in place["runs"]}
+        assert runs[("onprem", True)]["node"] == node
+        assert runs[("cloud", True)]["node"] is None  # no cloud node carries the label
+
+
+# -- each step fails for the right reason --------------------------------------------------
+
+def test_wrong_gpu_count_fails_inventory(joined, records, gpu_spec):
+    gpu_spec(hide_gpus=2)
+    res = playbook(records, limit=FAULT_NODE, extra_vars={"validate_steps": ["inventory"]})
+    assert res.returncode != 0
+    inv = step(record(records, FAULT_NODE), "inventory")
+    assert not inv["passed"]
+    assert {"field": "gpu_count", "source": "ssh", "expected": 8, "observed": 6} in inv["differences"]
+    assert "gpu_count (ssh): expected 8, observed 6" in res.stdout
+
+
+def test_reference_job_outside_tolerance_fails(joined, records):
+    res = playbook(records, limit=FAULT_NODE, extra_vars={
+        "validate_steps": ["reference_job"], "validate_reference_compare": "metric",
+        "validate_reference_tolerance": 0.01,
+        # a cloud run with fewer optimisation steps: a different loss, beyond 1 %
+        "validate_reference_cloud_overrides": {"steps": 5}})
+    assert res.returncode != 0
+    ref = step(record(records, FAULT_NODE), "reference_job")
+    assert not ref["passed"]
+    assert any("above tolerance 0.01" in r for r in ref["reasons"]), ref["reasons"]
+    assert any("input steps differs" in r for r in ref["reasons"])
+
+
+def test_nccl_below_baseline_fails(joined, records, gpu_spec):
+    gpu_spec(nccl_busbw_factor=0.5)
+    res = playbook(records, limit=FAULT_NODE, extra_vars={"validate_steps": ["collectives"],
+                                                          "validate_multinode_groups": []})
+    assert res.returncode != 0
+    coll = step(record(records, FAULT_NODE), "collectives")
+    assert any("below baseline range" in r for r in coll["reasons"]), coll["reasons"]
+
+
+def test_nccl_wrong_values_fail(joined, records, gpu_spec):
+    gpu_spec(nccl_wrong=3)
+    res = playbook(records, limit=FAULT_NODE, extra_vars={"validate_steps": ["collectives"],
+                                                          "validate_multinode_groups": []})
+    assert res.returncode != 0
+    coll = step(record(records, FAULT_NODE), "collectives")
+    assert "#wrong is 3 (must be 0)" in coll["reasons"]
+
+
+def test_restricted_job_without_label_lands_on_cloud_node(joined, records):
+    # The restricted job is submitted without its node-restriction selector (the missing
+    # label): in the cloud cluster nothing keeps it off the cloud nodes.
+    res = playbook(records, limit=FAULT_NODE, extra_vars={"validate_steps": ["placement"],
+                                                          "validate_restricted_job_selector": {}})
+    assert res.returncode != 0
+    place = step(record(records, FAULT_NODE), "placement")
+    assert any("in cluster cloud was scheduled on cloud node cloud-h200-" in r
+               for r in place["reasons"]), place["reasons"]
+
+
+# -- link interruption ----------------------------------------------------------------------
+
+def nft_tables(name):
+    return ssh(name, "nft list tables").stdout
+
+
+def test_link_interruption_job_continues_and_node_rejoins(joined, records):
+    res = playbook(records, limit=FAULT_NODE, extra_vars={
+        "validate_steps": ["link_interruption"], "validate_link_nodes": [FAULT_NODE]})
+    assert res.returncode == 0, res.stdout[-6000:]
+    link = step(record(records, FAULT_NODE), "link_interruption")
+    assert link["passed"], link["reasons"]
+    assert link["job_continued"] and link["pod_node"] == FAULT_NODE
+    assert link["not_ready_status"] == "Unknown"
+    assert 0 < link["reported_after_s"] <= link["window_s"]
+    assert link["rejoin_s"] is not None and link["rejoin_s"] < 15
+    assert "hgpu_validate_cut" not in nft_tables(FAULT_NODE)
+
+
+def test_node_that_never_rejoins_fails(joined, records):
+    # A transient timer on the node stops its agent a few seconds into the cut (as if the
+    # node died), so restoring the link does not bring it back within the allowed time.
+    ssh(FAULT_NODE, "systemd-run --unit=hgpu-test-stop-agent --on-active=8 "
+        "systemctl stop hybridgpu-node-agent.service")
+    try:
+        res = playbook(records, limit=FAULT_NODE, extra_vars={
+            "validate_steps": ["link_interruption"], "validate_link_nodes": [FAULT_NODE],
+            "validate_link_max_rejoin": 8})
+        assert res.returncode != 0
+        link = step(record(records, FAULT_NODE), "link_interruption")
+        assert any("did not rejoin" in r for r in link["reasons"]), link["reasons"]
+        assert link["ready_again_at"] is None
+    finally:
+        ssh(FAULT_NODE, "systemctl stop hgpu-test-stop-agent.timer 2>/dev/null; "
+            "systemctl start hybridgpu-node-agent.service", check=False)
+        assert wait_ready(FAULT_NODE, 60)
+    assert "hgpu_validate_cut" not in nft_tables(FAULT_NODE)
