@@ -1,0 +1,246 @@
+# -*- coding: utf-8 -*-
+# Copyright: contributors to hybridgpu.fleet
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Overflow stager over rsync/SSH to a cloud storage host.
+
+Layout on the storage host, under `remote_root`:
+    shared/<name>                           datasets kept warm for many jobs
+    shared/MANIFEST.sha256                  sha256sum lines of the warm datasets
+    jobs/<job_id>/inputs/<name>             a job's own inputs
+    jobs/<job_id>/<attempt_id>/output/...   what a cloud attempt wrote
+Inputs: [{"name", "path" (file on the control host), "shared": bool}].
+- Each input's sha256 is computed locally; one SSH call reads the remote manifest and the remote
+  checksums; a file whose remote checksum already matches is not sent (warm shared data, or a
+  copy that finished before an interruption).
+- rsync runs with --partial --append-verify, so an interrupted copy resumes where it stopped and
+  the whole file is verified again; after the copy the remote checksums are read again and a
+  mismatch deletes the remote file and counts as an interruption.
+- Throughput is sustained: bytes sent / wall time of the whole staging (checksums included).
+Outputs come back to `onprem_root/<job_id>/<attempt_id>/` and their checksum (tree_digest) is
+computed over what landed on-prem, never taken from the sender.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import shlex
+import subprocess
+import time
+
+from . import backends as b
+
+SSH_OPTS = ["-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
+            "-o", "LogLevel=ERROR", "-o", "ConnectTimeout=5"]
+
+
+def file_sha256(path, bufsize=1 << 20):
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while True:
+            chunk = fh.read(bufsize)
+            if not chunk:
+                break
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def tree_digest(root):
+    """sha256 over the sorted `<sha256>  <relative path>` lines of every file under root.
+    The cloud job computes the same over its output directory (tests/lab/overflow/ovfjob.py)."""
+    lines = []
+    for dirpath, _, files in os.walk(root):
+        for f in files:
+            full = os.path.join(dirpath, f)
+            lines.append("%s  %s\n" % (file_sha256(full), os.path.relpath(full, root)))
+    lines.sort(key=lambda ln: ln.split("  ", 1)[1])
+    return "sha256:" + hashlib.sha256("".join(lines).encode()).hexdigest()
+
+
+def parse_sha256sum(text):
+    """{name: hex} from sha256sum output (`<hex>  <name>` or `<hex> *<name>`)."""
+    out = {}
+    for line in text.splitlines():
+        parts = line.strip().split(None, 1)
+        if len(parts) == 2 and len(parts[0]) == 64:
+            out[parts[1].lstrip("*")] = parts[0]
+    return out
+
+
+class RsyncStager(b.Stager):
+    def __init__(self, host, ssh_key, onprem_root, remote_root="/srv/cloud-storage", user="root",
+                 ssh_port=22, timeout=600):
+        self.host = host
+        self.user = user
+        self.ssh_key = ssh_key
+        self.ssh_port = ssh_port
+        self.remote_root = remote_root.rstrip("/")
+        self.onprem_root = onprem_root
+        self.timeout = timeout
+        # Drill faults (each counts down once used)
+        self.interrupt_next = 0         # the next N input copies are killed part way
+        self.interrupt_after = 0.3      # seconds before the kill; the copy is slowed to make it partial
+        self.interrupt_bwlimit = 2048   # KiB/s while an interruption is armed
+        self.corrupt_next = 0           # the next N returned outputs land with one flipped byte
+        self.fail_return_next = 0       # the next N return copies fail (connection refused)
+        self.last = {}
+
+    # -- transport ------------------------------------------------------------------------------
+    def _ssh_base(self, port=None):
+        return ["ssh", "-i", self.ssh_key, "-p", str(port or self.ssh_port)] + SSH_OPTS
+
+    def ssh(self, command, check=True):
+        res = subprocess.run(self._ssh_base() + ["%s@%s" % (self.user, self.host), command],
+                             capture_output=True, text=True, timeout=self.timeout)
+        if check and res.returncode != 0:
+            raise b.TransferInterrupted("ssh %s: %s failed (rc %d): %s" % (
+                self.host, command[:80], res.returncode, res.stderr.strip()[-300:]))
+        return res
+
+    def _rsync(self, sources, dest, extra=(), port=None, kill_after=None):
+        cmd = ["rsync", "-a", "--partial", "--append-verify", "--timeout=60",
+               "-e", " ".join(shlex.quote(x) for x in self._ssh_base(port))] + list(extra) + list(sources) + [dest]
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            out, err = proc.communicate(timeout=kill_after if kill_after else self.timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, err = proc.communicate()
+            return -9, "killed after %.1fs (interruption injected)" % kill_after
+        return proc.returncode, err.strip()
+
+    def remote(self, *parts):
+        return "/".join([self.remote_root] + [p.strip("/") for p in parts if p])
+
+    # -- inputs ---------------------------------------------------------------------------------
+    def _remote_state(self, job_id, items):
+        """One SSH call: the warm-data manifest and the checksums of what is already there."""
+        paths = " ".join(shlex.quote(self._dest_of(job_id, it)) for it in items)
+        cmd = ("mkdir -p %s %s; cat %s 2>/dev/null; echo '--- remote'; sha256sum %s 2>/dev/null; true" % (
+            shlex.quote(self.remote("shared")), shlex.quote(self.remote("jobs", job_id, "inputs")),
+            shlex.quote(self.remote("shared", "MANIFEST.sha256")), paths))
+        text = self.ssh(cmd).stdout
+        manifest_text, _, remote_text = text.partition("--- remote\n")
+        return parse_sha256sum(manifest_text), parse_sha256sum(remote_text)
+
+    def _dest_of(self, job_id, item):
+        if item.get("shared"):
+            return self.remote("shared", item["name"])
+        return self.remote("jobs", job_id, "inputs", item["name"])
+
+    def stage_inputs(self, job_id, inputs):
+        t0 = time.monotonic()
+        items = []
+        for it in inputs:
+            if not it.get("path") or not os.path.isfile(it["path"]):
+                raise b.TransferInterrupted("input %r of %s: local file %r does not exist" % (
+                    it.get("name"), job_id, it.get("path")))
+            items.append(dict(it, sha256=file_sha256(it["path"]), size=os.path.getsize(it["path"])))
+        manifest, remote = self._remote_state(job_id, items)
+        sent = skipped = 0
+        resumed = False
+        todo = []
+        warm = []
+        for it in items:
+            if remote.get(self._dest_of(job_id, it)) == it["sha256"]:
+                # already there and intact: a warm shared dataset, or a copy finished before an interruption
+                skipped += it["size"]
+                if it.get("shared") and manifest.get(it["name"]) == it["sha256"]:
+                    warm.append(it["name"])
+                continue
+            todo.append(it)
+        partial = self._partial_sizes(job_id, todo) if todo else {}
+        for it in todo:
+            dest = self._dest_of(job_id, it)
+            have = partial.get(dest, 0)
+            resumed = resumed or 0 < have < it["size"]
+            kill = None
+            extra = []
+            if self.interrupt_next:
+                self.interrupt_next -= 1
+                kill = self.interrupt_after
+                extra = ["--bwlimit=%d" % self.interrupt_bwlimit]
+            rc, err = self._rsync([it["path"]], "%s@%s:%s" % (self.user, self.host, dest), extra, kill_after=kill)
+            if rc != 0:
+                done = self._partial_sizes(job_id, [it]).get(dest, 0)
+                sent += max(0, done - have)
+                self.last = self._stats(sent, skipped, t0, resumed, len(items))
+                raise b.TransferInterrupted("rsync of %s for %s stopped (rc %s): %s" % (
+                    it["name"], job_id, rc, err[-300:]), done_bytes=done)
+            sent += it["size"] - have
+        if todo:
+            _, after = self._remote_state(job_id, todo)
+            bad = [it for it in todo if after.get(self._dest_of(job_id, it)) != it["sha256"]]
+            if bad:
+                self.ssh("rm -f %s" % " ".join(shlex.quote(self._dest_of(job_id, it)) for it in bad))
+                raise b.TransferInterrupted("checksum mismatch after copy of %s; removed for a clean resend" % (
+                    ", ".join(it["name"] for it in bad)), done_bytes=0)
+            shared = [it for it in todo if it.get("shared")]
+            if shared:
+                self._update_manifest(shared)
+        self.last = self._stats(sent, skipped, t0, resumed, len(items))
+        self.last["warm_shared"] = warm
+        return dict(self.last)
+
+    @staticmethod
+    def _stats(sent, skipped, t0, resumed, files):
+        secs = max(1e-9, time.monotonic() - t0)
+        return {"bytes_sent": sent, "bytes_skipped": skipped, "resumed": resumed, "files": files,
+                "seconds": round(secs, 4), "throughput_Bps": round(sent / secs, 1)}
+
+    def _partial_sizes(self, job_id, items):
+        paths = " ".join(shlex.quote(self._dest_of(job_id, it)) for it in items)
+        res = self.ssh("stat -c '%%s %%n' %s 2>/dev/null; true" % paths)
+        sizes = {}
+        for line in res.stdout.splitlines():
+            size, _, name = line.partition(" ")
+            if size.isdigit():
+                sizes[name] = int(size)
+        return sizes
+
+    def _update_manifest(self, shared):
+        """Record warm shared datasets (name -> sha256) on the storage host, atomically."""
+        lines = "".join("%s  %s\n" % (it["sha256"], it["name"]) for it in shared)
+        names = "|".join(it["name"] for it in shared)
+        m = shlex.quote(self.remote("shared", "MANIFEST.sha256"))
+        cmd = ("touch %s && { grep -v -E '  (%s)$' %s; printf %%s %s; } > %s.tmp && mv %s.tmp %s" % (
+            m, names, m, shlex.quote(lines), m, m, m))
+        self.ssh(cmd)
+
+    def warm_shared(self, name, path):
+        """Put a shared dataset in cloud storage ahead of time (a scheduled refresh)."""
+        return self.stage_inputs("_warm", [{"name": name, "path": path, "shared": True}])
+
+    # -- outputs --------------------------------------------------------------------------------
+    def output_dir_remote(self, job_id, attempt_id):
+        return self.remote("jobs", job_id, attempt_id, "output")
+
+    def fetch_outputs(self, job_id, cloud_job):
+        attempt = cloud_job.attempt_id
+        dest = os.path.join(self.onprem_root, job_id, attempt)
+        os.makedirs(dest, exist_ok=True)
+        port = None
+        if self.fail_return_next:
+            self.fail_return_next -= 1
+            port = 1      # nothing listens there: the copy fails like a refused connection
+        rc, err = self._rsync(["%s@%s:%s/" % (self.user, self.host, self.output_dir_remote(job_id, attempt))],
+                              dest + "/", ["--checksum", "--delete"], port=port)
+        if rc != 0:
+            raise b.ReturnFailed("return copy of %s attempt %s failed (rc %s): %s" % (job_id, attempt, rc, err[-300:]))
+        if self.corrupt_next:
+            self.corrupt_next -= 1
+            _flip_one_byte(dest)
+        return {"ref": dest, "checksum": tree_digest(dest)}
+
+
+def _flip_one_byte(root):
+    for dirpath, _, files in sorted(os.walk(root)):
+        for f in sorted(files):
+            path = os.path.join(dirpath, f)
+            if os.path.getsize(path):
+                with open(path, "r+b") as fh:
+                    first = fh.read(1)
+                    fh.seek(0)
+                    fh.write(bytes([first[0] ^ 0xFF]))
+                return path
+    return None
+

@@ -1,0 +1,217 @@
+# -*- coding: utf-8 -*-
+# Copyright: contributors to hybridgpu.fleet
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Overflow local queue on a real Slurm, driven over SSH on the Slurm controller.
+
+The overflow job ID is the Slurm job name (`sbatch -J`); the numeric Slurm job ID never changes
+through hold and release, so both stay stable. The job class travels in the job's Comment as
+`ovf-class=<class>`; holding appends `ovf-hold=<epoch>` so our holds are told apart from holds
+someone else placed.
+- hold: `scontrol hold` (refused by Slurm once the job runs: ALREADY_STARTED), then the marker.
+- release: `scontrol release`, marker removed.
+- withdraw: marker `ovf-withdrawn=<epoch>`, then `scancel` (the job finished in the cloud).
+- queue wait: one SSH round trip per poll runs `squeue -O ...` (every job, all states) and
+  `sprio`, both parsed by module_utils/slurm.py; squeue's StartTime is the scheduler's own
+  start estimate (ignored when Slurm only parks it a year ahead).
+"""
+from __future__ import annotations
+
+import calendar
+import os
+import re
+import shlex
+import subprocess
+import tempfile
+import time
+
+from .. import slurm
+from . import backends as b
+from .trigger import QueueJob, QueueSnapshot
+
+SQUEUE_FIELDS = ["JobID", "Name", "State", "Reason", "SubmitTime", "StartTime", "Comment", "NumCPUs"]
+SQUEUE_CMD = "squeue -a -t all -O %s" % shlex.quote(",".join("%s:|#" % f for f in SQUEUE_FIELDS))
+SSH_OPTS = ["-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
+            "-o", "LogLevel=ERROR", "-o", "ConnectTimeout=5"]
+_SAFE = re.compile(r"^[A-Za-z0-9._-]+$")
+FAR = 200 * 86400     # a start "estimate" further away than this is Slurm's placeholder, not a forecast
+
+
+class SlurmError(Exception):
+    pass
+
+
+def _epoch(text):
+    if not text or text in ("N/A", "Unknown", "None"):
+        return None
+    try:
+        return float(calendar.timegm(time.strptime(text[:19], "%Y-%m-%dT%H:%M:%S")))
+    except ValueError:
+        return None
+
+
+def comment_fields(text):
+    out = {}
+    for word in (text or "").split():
+        k, _, v = word.partition("=")
+        if k.startswith("ovf-"):
+            out[k] = v
+    return out
+
+
+def _comment(fields):
+    return " ".join("%s=%s" % kv for kv in sorted(fields.items()))
+
+
+class SlurmLocalQueue(b.LocalQueue):
+    """`classes` (job class name -> settings from jobclass.load) gives GPU count and type per job."""
+
+    def __init__(self, host, ssh_key, user="root", classes=None, timeout=60):
+        self.host = host
+        self.user = user
+        self.ssh_key = ssh_key
+        self.classes = classes or {}
+        self.timeout = timeout
+        self.round_trips = 0
+        self._ctl = os.path.join(tempfile.gettempdir(), "ovf-slurm-%d-%%C" % os.getpid())
+
+    def run(self, command, check=True):
+        """One SSH round trip (multiplexed over a ControlMaster); returns (rc, stdout, stderr)."""
+        self.round_trips += 1
+        cmd = ["ssh", "-i", self.ssh_key] + SSH_OPTS + [
+            "-o", "ControlMaster=auto", "-o", "ControlPersist=60", "-o", "ControlPath=" + self._ctl,
+            "%s@%s" % (self.user, self.host), command]
+        res = subprocess.run(cmd, capture_output=True, text=True, timeout=self.timeout)
+        if check and res.returncode != 0:
+            raise SlurmError("on %s: %s: rc %d: %s" % (self.host, command[:120], res.returncode,
+                                                        (res.stderr or res.stdout).strip()[-400:]))
+        return res.returncode, res.stdout, res.stderr
+
+    # -- queue reading ------------------------------------------------------------------------
+    def jobs(self):
+        """Every job Slurm still knows, newest last: [{job_id(name), slurm_id, state, reason, ...}]."""
+        _, out, _ = self.run(SQUEUE_CMD)
+        return self._parse(out)
+
+    @staticmethod
+    def _parse(text):
+        parsed = slurm.parse_squeue(text)
+        if parsed["errors"]:
+            raise SlurmError("squeue output not understood: %s" % "; ".join(parsed["errors"][:3]))
+        rows = []
+        for j in parsed["jobs"]:
+            raw = j["raw"]
+            rows.append({"name": j["name"], "slurm_id": j["job_id"], "state": j["state"], "reason": j["reason"],
+                         "held": j["held"], "submit": _epoch(raw.get("SUBMIT_TIME")),
+                         "start": _epoch(raw.get("START_TIME")), "comment": comment_fields(raw.get("COMMENT")),
+                         "cpus": int(raw.get("CPUS") or 0) if (raw.get("CPUS") or "").isdigit() else 0})
+        rows.sort(key=lambda r: int(r["slurm_id"]) if (r["slurm_id"] or "").isdigit() else 0)
+        return rows
+
+    def _find(self, job_id, rows=None):
+        """The newest Slurm job carrying this name (None when Slurm has no such job)."""
+        rows = self.jobs() if rows is None else rows
+        mine = [r for r in rows if r["name"] == job_id]
+        return mine[-1] if mine else None
+
+    @staticmethod
+    def _state_of(row):
+        if row is None:
+            return b.Q_GONE
+        c = row["comment"]
+        if "ovf-withdrawn" in c:
+            return b.Q_WITHDRAWN
+        st = row["state"]
+        if st == "PENDING":
+            return b.Q_HELD if (row["held"] and "ovf-hold" in c) else b.Q_QUEUED
+        if st in ("RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED", "STOPPED"):
+            return b.Q_RUNNING
+        if st in ("COMPLETED", "FAILED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL"):
+            return b.Q_DONE
+        return b.Q_GONE         # cancelled by someone else, or vanished
+
+    def state(self, job_id):
+        return self._state_of(self._find(job_id))
+
+    # -- changes ----------------------------------------------------------------------------------
+    def enqueue(self, job_id, job_class, command, cpus=1):
+        """Submit a job (what a user does). Returns the Slurm job ID."""
+        if not _SAFE.match(job_id) or not _SAFE.match(job_class):
+            raise SlurmError("job ID and class must match %s: %r %r" % (_SAFE.pattern, job_id, job_class))
+        _, out, _ = self.run("sbatch --parsable -J %s -c %d --comment %s --wrap %s" % (
+            job_id, cpus, shlex.quote("ovf-class=%s" % job_class), shlex.quote(command)))
+        return out.strip().split(";")[0]
+
+    def hold(self, job_id):
+        row = self._find(job_id)
+        st = self._state_of(row)
+        if st in (b.Q_GONE, b.Q_WITHDRAWN):
+            return b.GONE
+        if st in (b.Q_RUNNING, b.Q_DONE):
+            return b.ALREADY_STARTED
+        if st == b.Q_HELD:
+            return b.HELD
+        c = dict(row["comment"], **{"ovf-hold": "%d" % time.time()})
+        # Slurm refuses to hold a job that has started: that answer decides, in the same round trip.
+        rc, out, err = self.run("scontrol hold %s && scontrol update jobid=%s comment=%s" % (
+            row["slurm_id"], row["slurm_id"], shlex.quote(_comment(c))), check=False)
+        if rc == 0:
+            return b.HELD
+        after = self._state_of(self._find(job_id))
+        if after in (b.Q_RUNNING, b.Q_DONE):
+            return b.ALREADY_STARTED
+        if after in (b.Q_GONE, b.Q_WITHDRAWN):
+            return b.GONE
+        raise SlurmError("scontrol hold of %s (%s) failed: %s" % (job_id, row["slurm_id"], (err or out).strip()))
+
+    def release(self, job_id):
+        row = self._find(job_id)
+        if self._state_of(row) != b.Q_HELD:
+            return False
+        c = dict(row["comment"])
+        c.pop("ovf-hold", None)
+        self.run("scontrol update jobid=%s comment=%s && scontrol release %s" % (
+            row["slurm_id"], shlex.quote(_comment(c)), row["slurm_id"]))
+        return True
+
+    def withdraw(self, job_id):
+        row = self._find(job_id)
+        if self._state_of(row) != b.Q_HELD:
+            return False
+        c = dict(row["comment"], **{"ovf-withdrawn": "%d" % time.time()})
+        self.run("scontrol update jobid=%s comment=%s && scancel %s" % (
+            row["slurm_id"], shlex.quote(_comment(c)), row["slurm_id"]))
+        return True
+
+    # -- trigger input ------------------------------------------------------------------------------
+    def snapshot(self, now=None, total_gpus=None):
+        """QueueSnapshot from one SSH round trip (squeue + sprio). GPUs per job come from its class;
+        free GPUs of a type = total - GPUs of running jobs of that type."""
+        now = time.time() if now is None else now
+        _, out, _ = self.run("%s; echo '--- sprio'; sprio -h -o '%%.15i %%.10Y' 2>/dev/null; true" % SQUEUE_CMD)
+        sq, _, sp = out.partition("--- sprio\n")
+        rows = self._parse(sq)
+        prio = {}
+        for line in sp.splitlines():
+            parts = line.split()
+            if len(parts) == 2 and parts[0].isdigit():
+                prio[parts[0]] = int(parts[1])
+        jobs = []
+        used = {}
+        for r in rows:
+            cls_name = r["comment"].get("ovf-class")
+            cls = self.classes.get(cls_name, {})
+            st = self._state_of(r)
+            gpus, gtype = int(cls.get("gpus", 1)), cls.get("gpu_type")
+            if st == b.Q_RUNNING and gtype:
+                used[gtype] = used.get(gtype, 0) + gpus
+            if st not in (b.Q_QUEUED, b.Q_HELD, b.Q_RUNNING) or not cls_name:
+                continue
+            start = r["start"] if r["start"] and r["start"] - now < FAR else None
+            state = {b.Q_QUEUED: "pending", b.Q_HELD: "held", b.Q_RUNNING: "running"}[st]
+            jobs.append(QueueJob(r["name"], cls_name, r["submit"] or now, state, gpus, gtype,
+                                 expected_start=start if state == "pending" else None))
+        total = dict(total_gpus or {})
+        free = dict((t, max(0, n - used.get(t, 0))) for t, n in total.items())
+        snap = QueueSnapshot(now, jobs, free, total)
+        snap.priorities = dict((r["name"], prio.get(r["slurm_id"])) for r in rows if r["slurm_id"] in prio)
+        return snap
