@@ -192,8 +192,10 @@ class K8sLocalQueue(b.LocalQueue):
         job = self.kube.get_job(self.ns, job_id)
         return self._state_of(job, self._pods(job_id) if job else [])
 
-    def snapshot(self, now=None):
-        """The queue as trigger.QueueSnapshot: one list of Jobs, one of pods, one of Nodes."""
+    def snapshot(self, now=None, total_gpus=None):
+        """The queue as trigger.QueueSnapshot from one list of Jobs, one of pods and one of Nodes.
+        `total_gpus` (GPU type -> count) is the site's pool size when the on-prem Nodes are not
+        visible to this cluster; free GPUs are then that total minus the GPUs of started jobs."""
         now = time.time() if now is None else now
         jobs = self.kube.list_jobs(self.ns, label_selector=CLASS_LABEL)
         pods = self.kube.list_pods(self.ns)
@@ -201,16 +203,22 @@ class K8sLocalQueue(b.LocalQueue):
         for p in pods:
             by_job.setdefault((p["metadata"].get("labels") or {}).get("job-name"), []).append(p)
         entries = []
+        used = {}
         for j in jobs:
             name = j["metadata"]["name"]
             st = self._state_of(j, by_job.get(name, []))
             state = {b.Q_QUEUED: "pending", b.Q_RUNNING: "running", b.Q_HELD: "held"}.get(st, st)
             ann = j["metadata"].get("annotations") or {}
-            entries.append(QueueJob(name, j["metadata"]["labels"][CLASS_LABEL],
-                                    _ts(j["metadata"].get("creationTimestamp")) or now, state, _job_gpus(j),
-                                    _job_gpu_type(j), deadline=ann.get(DEADLINE_ANNOTATION)))
+            e = QueueJob(name, j["metadata"]["labels"][CLASS_LABEL], _ts(j["metadata"].get("creationTimestamp")) or now,
+                         state, _job_gpus(j), _job_gpu_type(j), deadline=ann.get(DEADLINE_ANNOTATION))
+            entries.append(e)
+            if state == "running" and e.gpu_type:
+                used[e.gpu_type] = used.get(e.gpu_type, 0) + e.gpus
         free, total = self._gpu_capacity(dict((product_label(e.gpu_type), e.gpu_type) for e in entries
                                               if e.gpu_type))
+        if not total and total_gpus:
+            total = dict(total_gpus)
+            free = dict((t, max(0, n - used.get(t, 0))) for t, n in total.items())
         return QueueSnapshot(now, entries, free, total)
 
     def _gpu_capacity(self, names):
@@ -218,9 +226,13 @@ class K8sLocalQueue(b.LocalQueue):
         `names` maps a product label value back to the GPU type the job classes use."""
         sel = ",".join("%s=%s" % kv for kv in sorted(self.node_selector.items())) or None
         nodes = self.kube.list_nodes(label_selector=sel)
+        if not nodes:
+            return {}, {}
         used = {}
-        for p in self.kube.list_pods(field_selector="status.phase=Running"):
+        for p in self.kube.list_pods():
             node = (p.get("spec") or {}).get("nodeName")
+            if not node or (p.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+                continue
             for c in (p.get("spec") or {}).get("containers") or []:
                 used[node] = used.get(node, 0) + int(((c.get("resources") or {}).get("limits") or {}).get(GPU, 0))
         free, total = {}, {}

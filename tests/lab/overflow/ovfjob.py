@@ -177,8 +177,9 @@ def main(argv=None):
             s.add_argument("--storage", required=True)
             s.add_argument("--key", default="/etc/hybridgpu-lab/storage_id_ed25519")
             s.add_argument("--root", default="/srv/cloud-storage")
-            s.add_argument("--job", required=True)
-            s.add_argument("--attempt", required=True)
+            # set by the overflow cloud backend on the Job's container
+            s.add_argument("--job", default=os.environ.get("OVF_JOB_ID"))
+            s.add_argument("--attempt", default=os.environ.get("OVF_ATTEMPT_ID"))
             s.add_argument("--shared", action="append")
     a = p.parse_args(argv)
     if a.cmd == "train":
@@ -186,6 +187,8 @@ def main(argv=None):
         print(json.dumps({"steps": m["steps"], "final_loss": m["final_loss"],
                           "digest": tree_digest(a.out)}))
     else:
+        if not a.job or not a.attempt:
+            p.error("--job and --attempt (or OVF_JOB_ID and OVF_ATTEMPT_ID) are required")
         cloud(a)
     return 0
 
