@@ -1,0 +1,90 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: hybridgpu.fleet contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: node_agents_check
+short_description: Check agents declared as data against the access boundary
+version_added: 0.2.0
+description:
+  - Validates each declared agent (name, package or binary, systemd unit, user, privileges,
+    capabilities, outbound endpoints, listening ports) and refuses any agent that the
+    access boundary does not list, or whose outbound endpoints go beyond what the boundary
+    grants it. Read-only; run it before any change.
+  - Returns the normalized agents, each with the text of its least-privilege systemd
+    drop-in (dedicated user, C(NoNewPrivileges), C(ProtectSystem=strict), only the listed
+    capabilities in C(CapabilityBoundingSet)).
+options:
+  agents:
+    description: The declared agents.
+    type: list
+    elements: dict
+    required: true
+  boundary:
+    description: Access boundary file (C(inventories/<site>/preflight/boundary.yml)).
+    type: path
+    required: true
+attributes:
+  check_mode:
+    support: full
+    description: Only reads.
+  diff_mode:
+    support: none
+    description: Changes nothing.
+author:
+  - hybridgpu.fleet maintainers
+"""
+
+EXAMPLES = r"""
+- name: Refuse agents the boundary does not list
+  hybridgpu.fleet.node_agents_check:
+    boundary: inventories/lab/preflight/boundary.yml
+    agents:
+      - name: hybridgpu-gpu-exporter
+        binary: {src: hybridgpu-gpu-exporter.py, dest: /usr/local/lib/hybridgpu/gpu-exporter.py}
+        exec_start: /usr/bin/python3 /usr/local/lib/hybridgpu/gpu-exporter.py --port 9400
+        systemd_unit: hybridgpu-gpu-exporter.service
+        user: hgpu-gpu-exporter
+        capabilities: []
+        outbound: []
+        listen: [9400]
+  delegate_to: localhost
+  register: agents
+"""
+
+RETURN = r"""
+agents:
+  description: Normalized agents with C(dropin) (drop-in text) and C(dedicated_user).
+  returned: always
+  type: list
+  elements: dict
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.hybridgpu.fleet.plugins.module_utils import agents as ag
+from ansible_collections.hybridgpu.fleet.plugins.module_utils import boundary as bd
+from ansible_collections.hybridgpu.fleet.plugins.module_utils import schema
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(agents=dict(type="list", elements="dict", required=True),
+                           boundary=dict(type="path", required=True)),
+        supports_check_mode=True,
+    )
+    try:
+        boundary = bd.load_boundary(module.params["boundary"])
+        agents = ag.check(module.params["agents"], boundary.allowed_agents())
+    except schema.SchemaError as err:
+        module.fail_json(msg="Access boundary %s is invalid: %s" % (module.params["boundary"], err))
+    except ag.AgentError as err:
+        module.fail_json(msg="Refusing agents (boundary %s): %s" % (module.params["boundary"], err))
+    module.exit_json(changed=False, agents=agents)
+
+
+if __name__ == "__main__":
+    main()
