@@ -111,7 +111,7 @@ def playbook(records_dir, *extra, limit=None, tags=None, extra_vars=None):
 
 
 def record(records_dir, node):
-    with open(os.path.join(records_dir, "t", "validate-%s.json" % node)) as fh:
+    with open(os.path.join(records_dir, "validation", "t", "validate-%s.json" % node)) as fh:
         return json.load(fh)
 
 

@@ -1,0 +1,163 @@
+"""Per-node and wave records (atomic, unchanged when only `run` differs, self-contained HTML
+linking the node records) and the Job runner against an in-memory API double."""
+import json
+import os
+
+import pytest
+
+from ansible_collections.hybridgpu.fleet.plugins.module_utils import job_run, validation, wave_record
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.k8s import K8sError
+
+
+def node_rec(node, ok=True):
+    steps = [{"step": "inventory", "passed": True, "reasons": []},
+             {"step": "collectives", "passed": ok, "reasons": [] if ok else ["#wrong is 3 (must be 0)"],
+              "avg_busbw": 196.0}]
+    return validation.node_record(node, "owned", "ng_a100_535", steps, run={"at": "t1"})
+
+
+def test_node_record_written_once_and_unchanged_when_only_run_differs(tmp_path):
+    rec = node_rec("owned-a100-1")
+    first = wave_record.write_node_record(str(tmp_path), rec)
+    assert first["changed"] and first["path"].endswith("validate-owned-a100-1.json")
+    again = wave_record.write_node_record(str(tmp_path), dict(rec, run={"at": "t2"}))
+    assert not again["changed"]
+    changed = wave_record.write_node_record(str(tmp_path), node_rec("owned-a100-1", ok=False))
+    assert changed["changed"]
+    with open(changed["path"]) as fh:
+        assert json.load(fh)["failed_steps"] == ["collectives"]
+    assert [p for p in os.listdir(str(tmp_path)) if p.startswith(".")] == []  # no temp files left
+
+
+def test_node_record_check_mode_writes_nothing(tmp_path):
+    res = wave_record.write_node_record(str(tmp_path), node_rec("n1"), check_mode=True)
+    assert res["changed"] and not os.path.exists(res["path"])
+
+
+def test_wave_record_links_node_records_and_fails_with_a_failed_node(tmp_path):
+    folder = str(tmp_path)
+    recs = [node_rec("owned-a100-1"), node_rec("owned-a100-2", ok=False)]
+    for r in recs:
+        wave_record.write_node_record(folder, r)
+    loaded = wave_record.load_node_records(folder, ["owned-a100-1", "owned-a100-2", "missing"])
+    assert [r["node"] for r in loaded] == ["owned-a100-1", "owned-a100-2"]
+    stages = {"preflight": {"status": "passed", "detail": "../../wave1/index.html"},
+              "onboard": {"status": "passed", "detail": "ok"}}
+    wave = wave_record.build_wave_record("wave1", "wave1", loaded, stages)
+    assert wave["passed"] is False
+    assert [n["record"] for n in wave["nodes"]] == ["validate-owned-a100-1.json", "validate-owned-a100-2.json"]
+    assert wave["nodes"][1]["failed_steps"] == ["collectives"]
+    res = wave_record.write_wave_record(folder, wave, loaded)
+    assert res["changed"]
+    with open(os.path.join(folder, "wave.html")) as fh:
+        page = fh.read()
+    assert '<a href="validate-owned-a100-2.json">' in page
+    assert "collectives: #wrong is 3 (must be 0)" in page
+    assert "<script" not in page and "http" not in page.replace("http-equiv", "")
+    assert not wave_record.write_wave_record(folder, dict(wave, run={"x": 1}), loaded)["changed"]
+
+
+def test_wave_record_escapes_and_passes_when_all_pass():
+    recs = [node_rec("<b>n</b>")]
+    wave = wave_record.build_wave_record("w", "g", recs, {"onboard": {"status": "passed"}})
+    assert wave["passed"]
+    page = wave_record.render_wave_html(wave, recs)
+    assert "<b>n</b>" not in page and "&lt;b&gt;n&lt;/b&gt;" in page
+    failed = wave_record.build_wave_record("w", "g", recs, {"onboard": {"status": "failed"}})
+    assert failed["failed_stages"] == ["onboard"] and not failed["passed"]
+    assert not wave_record.build_wave_record("w", "g", [], {})["passed"]
+
+
+# -- Job runner -------------------------------------------------------------------------
+
+class FakeKube(object):
+    """Jobs and Pods in dicts; `script` advances the Job's state on every get_job."""
+
+    def __init__(self, script):
+        self.jobs, self.script, self.namespaces = {}, list(script), set()
+
+    def ensure_namespace(self, name):
+        self.namespaces.add(name)
+
+    def create_job(self, ns, body):
+        if (ns, body["metadata"]["name"]) in self.jobs:
+            raise K8sError("create", status=409, reason="AlreadyExists")
+        self.jobs[(ns, body["metadata"]["name"])] = body
+
+    def get_job(self, ns, name):
+        if (ns, name) not in self.jobs:
+            return None
+        self.state = self.script.pop(0) if self.script else self.state
+        return {"status": self.state["job"]}
+
+    def list_pods(self, ns, label_selector=None):
+        pod = self.state.get("pod")
+        return [pod] if pod else []
+
+    def pod_log(self, ns, name):
+        return "HGPU_REF {}\n"
+
+    def delete_job(self, ns, name, propagation=None):
+        return self.jobs.pop((ns, name), None) is not None
+
+
+def pod(node, phase, code=None):
+    st = {"phase": phase}
+    if code is not None:
+        st["containerStatuses"] = [{"state": {"terminated": {"exitCode": code}}}]
+    return {"metadata": {"name": "p1", "creationTimestamp": "2026-01-01T00:00:00Z"},
+            "spec": {"nodeName": node}, "status": st}
+
+
+class Clock(object):
+    def __init__(self):
+        self.t = 0.0
+
+    def __call__(self):
+        return self.t
+
+    def sleep(self, s):
+        self.t += s
+
+
+def test_manifest_pins_by_affinity_selector_and_gpus():
+    body = job_run.job_manifest("j", "ns", "img", ["python3"], env=[{"name": "A", "value": 1}],
+                                node_name="n1", node_selector={"k": "v"}, gpus=1, labels={"a": "b"})
+    spec = body["spec"]["template"]["spec"]
+    term = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert term["nodeSelectorTerms"][0]["matchExpressions"][0] == {
+        "key": "kubernetes.io/hostname", "operator": "In", "values": ["n1"]}
+    assert spec["nodeSelector"] == {"k": "v"} and spec["restartPolicy"] == "Never"
+    assert spec["containers"][0]["env"] == [{"name": "A", "value": "1"}]
+    assert spec["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "1"
+    assert body["spec"]["backoffLimit"] == 0 and "nodeName" not in spec
+
+
+def test_run_waits_until_finished_and_reads_back_node_phase_exit_and_log():
+    clock = Clock()
+    kube = FakeKube([{"job": {}, "pod": None}, {"job": {"active": 1}, "pod": pod("n1", "Running")},
+                     {"job": {"succeeded": 1}, "pod": pod("n1", "Succeeded", 0)}])
+    run = job_run.JobRun(kube, "ns", "j", poll=1, clock=clock, sleep=clock.sleep)
+    assert run.create(job_run.job_manifest("j", "ns", "img", ["true"]))
+    assert not run.create(job_run.job_manifest("j", "ns", "img", ["true"]))  # AlreadyExists
+    facts = run.wait(30)
+    assert facts["node"] == "n1" and facts["phase"] == "Succeeded" and facts["exit_code"] == 0
+    assert facts["succeeded"] and not facts["timed_out"] and facts["log"].startswith("HGPU_REF")
+    assert facts["scheduled_after_s"] == 1.0
+
+
+def test_wait_scheduled_times_out_for_an_unschedulable_pod():
+    clock = Clock()
+    kube = FakeKube([{"job": {"active": 1}, "pod": pod(None, "Pending")}])
+    run = job_run.JobRun(kube, "ns", "j", poll=1, clock=clock, sleep=clock.sleep)
+    run.create(job_run.job_manifest("j", "ns", "img", ["true"]))
+    facts = run.wait(5, until="scheduled")
+    assert facts["timed_out"] and facts["node"] is None and facts["phase"] == "Pending"
+    assert "log" not in facts
+
+
+def test_wait_on_a_vanished_job_raises():
+    kube = FakeKube([])
+    run = job_run.JobRun(kube, "ns", "gone")
+    with pytest.raises(K8sError, match="disappeared"):
+        run.wait(5)
