@@ -250,6 +250,7 @@ def pmtu_result(target, search, tracepath_text=None):
     mtu = search["effective_mtu"]
     res = {"effective_mtu": mtu, "blackhole": search["blackhole"], "frag_needed": search["frag_needed"],
            "local_mtu": search["local_mtu"], "steps": search["steps"], "address": target["address"],
+           "destination": target.get("destination"),
            "expected_mtu": target.get("expected_mtu"), "recommended_mtu": None, "recommended_mss": None}
     if tracepath_text:
         trace = tracepath.parse(tracepath_text)
@@ -298,7 +299,7 @@ def validate_pmtu_targets(targets):
         if expected is not None and (isinstance(expected, bool) or not isinstance(expected, int)):
             raise ProbeError("%s (%s).expected_mtu: %r is not an integer" % (where, target["id"], expected))
         out.append({"id": target["id"], "address": str(target["address"]), "max_mtu": max_mtu,
-                    "min_mtu": min_mtu, "expected_mtu": expected})
+                    "min_mtu": min_mtu, "expected_mtu": expected, "destination": target.get("destination")})
     return out
 
 
@@ -325,6 +326,10 @@ def run_pmtu_probes(targets, run, timeout=1, use_tracepath=False, clock=time.mon
 
 def encode_request(t1, nonce):
     return b"%s Q %r %s" % (CLOCK_MAGIC, t1, nonce.encode("ascii"))
+
+
+def encode_stop():
+    return CLOCK_MAGIC + b" S"
 
 
 def encode_bye(name):
@@ -370,15 +375,21 @@ def offset_from_samples(samples):
 
 
 def serve(sock, serve_seconds, expect_clients=0, now=time.time, monotonic=time.monotonic):
-    """Answer clock requests until every expected client said bye or time runs out."""
+    """Answer clock requests until every expected client said bye, a stop datagram came
+    from the responder's own address, or time runs out."""
+    own = sock.getsockname()[0]
+    stopped = False
     deadline = monotonic() + serve_seconds
     requests = 0
     clients = set()
-    while monotonic() < deadline and (not expect_clients or len(clients) < expect_clients):
+    while not stopped and monotonic() < deadline and (not expect_clients or len(clients) < expect_clients):
         sock.settimeout(max(0.05, min(0.5, deadline - monotonic())))
         try:
             data, peer = sock.recvfrom(512)
         except socket.timeout:
+            continue
+        if data == encode_stop() and peer[0] == own:
+            stopped = True
             continue
         if data.startswith(CLOCK_MAGIC + b" B "):
             clients.add(data[len(CLOCK_MAGIC) + 3:].decode("utf-8", "replace"))
@@ -387,7 +398,7 @@ def serve(sock, serve_seconds, expect_clients=0, now=time.time, monotonic=time.m
         if reply is not None:
             sock.sendto(reply, peer)
             requests += 1
-    return {"requests": requests, "clients": sorted(clients),
+    return {"requests": requests, "clients": sorted(clients), "stopped": stopped,
             "complete": bool(expect_clients) and len(clients) >= expect_clients}
 
 
@@ -477,7 +488,7 @@ def record_rows(kind, source, results, destination=None):
     for pid in sorted(results or {}):
         res = results[pid]
         rows.append({"id": "%s:%s" % (kind, pid), "kind": kind, "source": source,
-                     "destination": destination or res.get("address") or res.get("server"),
+                     "destination": destination or res.get("destination") or res.get("address"),
                      "address": res.get("address") or res.get("server"), "protocol": "icmp" if kind == "pmtu" else "udp",
                      "port": None, "expected": "pass", "observed": res.get("observed"),
                      "elapsed_ms": res.get("elapsed_ms"), "evidence": res.get("evidence"),

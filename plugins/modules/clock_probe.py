@@ -23,9 +23,11 @@ description:
     when O(expect_clients) nodes said goodbye or after O(serve_seconds).
 options:
   mode:
-    description: V(probe) on a node, V(serve) on the control host.
+    description:
+      - V(probe) on a node, V(serve) on the control host, V(stop) on the control host to end a
+        running responder (a stop datagram is honoured only from the responder's own address).
     type: str
-    choices: [probe, serve]
+    choices: [probe, serve, stop]
     default: probe
   server:
     description: Address of the responder (the control host's address the nodes reach).
@@ -59,6 +61,9 @@ options:
     description: The responder exits once this many probes said goodbye (0 waits for O(serve_seconds)).
     type: int
     default: 0
+  source_name:
+    description: Name of this host in the records (the path table's host name); defaults to the node name.
+    type: str
 attributes:
   check_mode:
     support: full
@@ -89,7 +94,7 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
-result:
+clock:
   description:
     - O(mode=probe) only. observed (open when the responder answered, else error), verdict (pass, fail),
       offset_ms (this node minus the control host), rtt_ms, samples, lost, sync (chrony,
@@ -98,9 +103,14 @@ result:
   type: dict
   sample: {observed: open, verdict: pass, offset_ms: 0.021, rtt_ms: 0.09, evidence: "offset +0.021 ms (rtt 0.090 ms, best of 8, 0 lost); synchronised=True via chrony"}
 served:
-  description: O(mode=serve) only. requests answered, clients that said goodbye, complete.
+  description: O(mode=serve) only. requests answered, clients that said goodbye, complete, stopped.
   returned: success
   type: dict
+record_rows:
+  description: The results as probe rows (id C(clock:<id>), source, destination, observed, verdict, elapsed_ms, evidence) for M(hybridgpu.fleet.preflight_record).
+  returned: success
+  type: list
+  elements: dict
 host:
   description: Node name of the host the module ran on.
   returned: success
@@ -119,7 +129,7 @@ from ansible_collections.hybridgpu.fleet.plugins.module_utils import probes as p
 def main():
     module = AnsibleModule(
         argument_spec=dict(
-            mode=dict(type="str", choices=["probe", "serve"], default="probe"),
+            mode=dict(type="str", choices=["probe", "serve", "stop"], default="probe"),
             server=dict(type="str", required=True),
             port=dict(type="int", default=12123),
             samples=dict(type="int", default=8),
@@ -128,6 +138,7 @@ def main():
             require_sync=dict(type="bool", default=True),
             serve_seconds=dict(type="int", default=120),
             expect_clients=dict(type="int", default=0),
+            source_name=dict(type="str"),
         ),
         supports_check_mode=True,
     )
@@ -135,6 +146,14 @@ def main():
     host = os.uname()[1]
     sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     try:
+        if params["mode"] == "stop":
+            try:
+                sock.bind((params["server"], 0))
+                sock.sendto(p.encode_stop(), (params["server"], params["port"]))
+            except OSError as exc:
+                module.fail_json(msg="clock_probe on %s: cannot send stop to %s:%s: %s"
+                                 % (host, params["server"], params["port"], exc))
+            module.exit_json(changed=False, host=host)
         if params["mode"] == "serve":
             try:
                 sock.bind((params["server"], params["port"]))
@@ -163,7 +182,9 @@ def main():
         result["elapsed_ms"] = round((time.monotonic() - start) * 1000.0, 3)
     finally:
         sock.close()
-    module.exit_json(changed=False, result=result, host=host)
+    name = params["source_name"] or host
+    rows = p.record_rows("clock", name, {name: result}, destination=params["server"])
+    module.exit_json(changed=False, clock=result, record_rows=rows, host=host)
 
 
 if __name__ == "__main__":

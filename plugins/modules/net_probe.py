@@ -58,7 +58,7 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
-results:
+probe_results:
   description: Per probe id, observed (open, closed, error), elapsed_ms, evidence, protocol, address and port.
   returned: success
   type: dict
@@ -102,7 +102,7 @@ def main():
                                    icmp_count=module.params["icmp_count"])
     except p.ProbeError as exc:
         module.fail_json(msg="net_probe on %s: bad input: %s" % (host, exc))
-    module.exit_json(changed=False, results=results, host=host)
+    module.exit_json(changed=False, probe_results=results, host=host)
 
 
 if __name__ == "__main__":

@@ -36,6 +36,9 @@ options:
     description: Also run C(tracepath -n) and report the path MTU it found (needs iputils tracepath).
     type: bool
     default: false
+  source_name:
+    description: Name of this host in the records (the path table's host name); defaults to the node name.
+    type: str
 attributes:
   check_mode:
     support: full
@@ -57,7 +60,7 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
-results:
+probe_results:
   description:
     - Per target id, observed (open when reachable, error when not), verdict (pass, fail),
       effective_mtu, blackhole, frag_needed, local_mtu, recommended_mtu, recommended_mss, steps
@@ -72,6 +75,11 @@ results:
       recommended_mss: 1340
       verdict: fail
       evidence: "PMTU black hole: 1380-byte DF pings pass, 1500-byte DF pings vanish with no ICMP frag-needed (blocked?); ..."
+record_rows:
+  description: The results as probe rows (id C(pmtu:<id>), source, destination, observed, verdict, elapsed_ms, evidence) for M(hybridgpu.fleet.preflight_record).
+  returned: success
+  type: list
+  elements: dict
 host:
   description: Node name of the host the probes ran on.
   returned: success
@@ -91,6 +99,7 @@ def main():
             targets=dict(type="list", elements="dict", required=True),
             timeout=dict(type="int", default=1),
             tracepath=dict(type="bool", default=False),
+            source_name=dict(type="str"),
         ),
         supports_check_mode=True,
     )
@@ -109,7 +118,8 @@ def main():
                                     use_tracepath=module.params["tracepath"])
     except p.ProbeError as exc:
         module.fail_json(msg="pmtu_probe on %s: bad input: %s" % (host, exc))
-    module.exit_json(changed=False, results=results, host=host)
+    rows = p.record_rows("pmtu", module.params["source_name"] or host, results)
+    module.exit_json(changed=False, probe_results=results, record_rows=rows, host=host)
 
 
 if __name__ == "__main__":

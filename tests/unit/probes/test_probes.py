@@ -274,3 +274,20 @@ def test_record_rows_have_ids_and_verdicts():
     rows = p.record_rows("clock", "owned-a100-1", {"owned-a100-1": {"verdict": "pass", "observed": "open",
                                                                     "server": "10.213.77.1:12123"}})
     assert rows[0]["id"] == "clock:owned-a100-1" and rows[0]["verdict"] == "pass"
+
+
+def test_stop_datagram_only_from_own_address():
+    import time
+    srv = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    srv.bind(("127.0.0.1", 0))
+    port = srv.getsockname()[1]
+    out = {}
+    t = threading.Thread(target=lambda: out.update(p.serve(srv, 10, expect_clients=3)))
+    t.start()
+    cli = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    cli.sendto(p.encode_stop(), ("127.0.0.1", port))
+    start = time.monotonic()
+    t.join(5)
+    cli.close()
+    srv.close()
+    assert out["stopped"] is True and out["complete"] is False and time.monotonic() - start < 3
