@@ -85,6 +85,7 @@ class Walk:
         self.plays = []          # play dicts
         self.specs = []          # (where, {option: spec}) input declarations
         self.unreadable = []     # declarations this test cannot read statically
+        self.provided = set()    # variables the playbook sets itself (play, role or task vars)
         self._seen = set()
         self._playbook(os.path.join(PLAYBOOK_DIR, playbook))
 
@@ -100,8 +101,11 @@ class Walk:
                 self._playbook(os.path.join(os.path.dirname(path), name))
                 continue
             self.plays.append(play)
+            self.provided |= set(play.get("vars") or {})
             where = os.path.relpath(path, ROOT)
             for role in play.get("roles") or []:
+                if isinstance(role, dict):
+                    self.provided |= set(role.get("vars") or {}) | {k for k in role if k not in ("role", "name")}
                 self._role(role if isinstance(role, str) else role.get("role") or role.get("name"), "main")
             for section in ("pre_tasks", "tasks", "post_tasks", "handlers"):
                 self._tasks(play.get(section) or [], where)
@@ -137,6 +141,7 @@ class Walk:
             if module is None:
                 continue
             self.tasks.append((where, module, args, task))
+            self.provided |= set(task.get("vars") or {}) if isinstance(task.get("vars"), dict) else set()
             if module in ("import_role", "include_role"):
                 self._role(args.get("name", ""), args.get("tasks_from", "main"))
             elif module == "validate_argument_spec":
@@ -313,7 +318,8 @@ def test_survey_variables_match_declared_inputs():
                 bad.append("%s: extra_vars sets %s, which the playbook does not declare" % (t["name"], var))
         for opt, spec in inputs.items():
             if isinstance(spec, dict) and spec.get("required") and "default" not in spec \
-                    and opt not in asked and opt not in (t.get("extra_vars") or {}) and opt not in INVENTORY_VARS:
+                    and opt not in asked and opt not in (t.get("extra_vars") or {}) and opt not in INVENTORY_VARS \
+                    and opt not in walk.provided:
                 bad.append("%s: the playbook requires %s but the template neither asks nor sets it"
                            % (t["name"], opt))
     _fail(bad, "surveys that do not match the playbooks' declared inputs")
