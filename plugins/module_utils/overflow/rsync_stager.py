@@ -96,8 +96,11 @@ class RsyncStager(b.Stager):
                 self.host, command[:80], res.returncode, res.stderr.strip()[-300:]))
         return res
 
-    def _rsync(self, sources, dest, extra=(), port=None, kill_after=None):
-        cmd = ["rsync", "-a", "--partial", "--append-verify", "--timeout=60",
+    def _rsync(self, sources, dest, extra=(), port=None, kill_after=None, resume=True):
+        # --append-verify resumes a partial input; returns compare whole files instead (--checksum),
+        # since a damaged file of the right size must be sent again, not appended to.
+        flags = ["--partial", "--append-verify"] if resume else []
+        cmd = ["rsync", "-a"] + flags + ["--timeout=60",
                "-e", " ".join(shlex.quote(x) for x in self._ssh_base(port))] + list(extra) + list(sources) + [dest]
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:
@@ -223,7 +226,7 @@ class RsyncStager(b.Stager):
             self.fail_return_next -= 1
             port = 1      # nothing listens there: the copy fails like a refused connection
         rc, err = self._rsync(["%s@%s:%s/" % (self.user, self.host, self.output_dir_remote(job_id, attempt))],
-                              dest + "/", ["--checksum", "--delete"], port=port)
+                              dest + "/", ["--checksum", "--delete"], port=port, resume=False)
         if rc != 0:
             raise b.ReturnFailed("return copy of %s attempt %s failed (rc %s): %s" % (job_id, attempt, rc, err[-300:]))
         if self.corrupt_next:

@@ -25,6 +25,7 @@ import random
 import subprocess
 import sys
 import tempfile
+import time
 
 DIM = 8
 
@@ -109,7 +110,7 @@ def input_digests(inputs_dir):
     return dict((f, "sha256:" + file_sha256(os.path.join(inputs_dir, f))) for f in sorted(os.listdir(inputs_dir)))
 
 
-def train(out, steps=120, ckpt_every=20, resume=None, stop_at=None, seed=None, inputs=None):
+def train(out, steps=120, ckpt_every=20, resume=None, stop_at=None, seed=None, inputs=None, pace=0.0):
     os.makedirs(out, exist_ok=True)
     digests = input_digests(inputs)
     if seed is None:
@@ -128,6 +129,8 @@ def train(out, steps=120, ckpt_every=20, resume=None, stop_at=None, seed=None, i
         if stop_at is not None and state["step"] >= stop_at:
             break
         curve.append(round(train_step(state, rng), 12))
+        if pace:
+            time.sleep(pace)      # wall time per step (drills that act while the job runs)
         if state["step"] % ckpt_every == 0 or state["step"] == steps:
             state["rng"] = _rng_to_json(rng.getstate())
             _write_json(os.path.join(out, "checkpoint.json"), {"state": state, "curve": curve})
@@ -152,7 +155,7 @@ def cloud(args):
     for name in args.shared or []:
         subprocess.run(["rsync", "-a", "-e", ssh, "%s:%s/shared/%s" % (remote, args.root, name), inputs + "/"],
                        check=True)
-    m = train(out, args.steps, args.ckpt_every, None, args.stop_at, args.seed, inputs)
+    m = train(out, args.steps, args.ckpt_every, None, args.stop_at, args.seed, inputs, args.pace)
     print("trained %d steps, final loss %s" % (m["steps"], m["final_loss"]), flush=True)
     dest = "%s/jobs/%s/%s/output" % (args.root, args.job, args.attempt)
     subprocess.run(ssh.split() + [remote, "mkdir -p %s" % dest], check=True)
@@ -169,6 +172,7 @@ def main(argv=None):
         s.add_argument("--ckpt-every", type=int, default=20)
         s.add_argument("--stop-at", type=int)
         s.add_argument("--seed", type=int)
+        s.add_argument("--pace", type=float, default=0.0, help="seconds to sleep per step")
         if name == "train":
             s.add_argument("--out", required=True)
             s.add_argument("--inputs")
@@ -183,7 +187,7 @@ def main(argv=None):
             s.add_argument("--shared", action="append")
     a = p.parse_args(argv)
     if a.cmd == "train":
-        m = train(a.out, a.steps, a.ckpt_every, a.resume, a.stop_at, a.seed, a.inputs)
+        m = train(a.out, a.steps, a.ckpt_every, a.resume, a.stop_at, a.seed, a.inputs, a.pace)
         print(json.dumps({"steps": m["steps"], "final_loss": m["final_loss"],
                           "digest": tree_digest(a.out)}))
     else:

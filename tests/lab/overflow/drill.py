@@ -1,0 +1,584 @@
+#!/usr/bin/env python3
+"""The overflow failure drill in the lab (issue 6), for both local queue backends.
+
+    drill.py --out DIR [--backend slurm|kubernetes ...] [--class small-input ...]
+             [--failure NAME ...] [--min-runs 4] [--max-runs 8] [--no-spread] [--no-checkpoint]
+
+For each backend, each movable class and each failure, one job goes through the real path:
+local queue entry (Slurm on site-sched or a Job on the onprem emulator) -> held -> inputs staged
+to cloud-storage over rsync -> Job on the cloud emulator run by a real node agent -> results
+rsynced back on-prem -> verified -> one commit in the SQLite tracker. The failure is injected
+once; the job is driven to a final state; its trace is read back and compared with the target.
+The restricted class is the control: it must be refused on both paths, even with the queue full.
+Clean runs repeat per class until the spread of transfer and queue times settles
+(drillstats.should_stop); the checkpoint FAQ is run once. Writes DIR/drill.json and
+DIR/drill.html (self-contained, timeline of the five marks per job).
+
+Link faults go through a LinkProxy in front of the cloud API (127.0.0.1 -> 10.213.77.1:7443):
+`drop 1` loses the response of the submission, `down` refuses connections (the management link
+is cut before the request leaves). A lost cloud node is a stopped node agent (heartbeats stop,
+Node goes NotReady). Everything changed is restored in `finally` blocks.
+"""
+import argparse
+import json
+import os
+import shlex
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+LAB_SRC = os.path.dirname(HERE)
+ROOT = os.path.dirname(os.path.dirname(LAB_SRC))
+for p in (LAB_SRC, HERE, os.path.join(ROOT, ".collections")):
+    if p not in sys.path:
+        sys.path.insert(0, p)
+
+import yaml  # noqa: E402
+
+from lablib import config  # noqa: E402
+from linkproxy import LinkProxy  # noqa: E402
+
+from ansible_collections.hybridgpu.fleet.plugins.module_utils import k8s  # noqa: E402
+from ansible_collections.hybridgpu.fleet.plugins.module_utils import records  # noqa: E402
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow import backends as b  # noqa: E402
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow import drillstats, jobclass, trigger  # noqa: E402
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow.dispatch_run import cloud_spec  # noqa: E402
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow.k8s_backend import (  # noqa: E402
+    K8sCloudCluster, K8sLocalQueue, product_label, GPU_PRODUCT)
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow.protocol import Dispatcher  # noqa: E402
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow.rsync_stager import RsyncStager  # noqa: E402
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow.slurm_backend import SlurmLocalQueue  # noqa: E402
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow.tracker import Tracker  # noqa: E402
+
+CLASSES_FILE = os.path.join(HERE, "job_classes.yml")
+JOB_SCRIPT = os.path.join(HERE, "ovfjob.py")
+SLURM_HOST = "10.213.77.5"
+STORAGE_HOST = "10.213.77.30"
+REMOTE_ROOT = "/srv/cloud-storage/drill"
+A100 = "NVIDIA A100-SXM4-80GB"
+POOL = {"hybridgpu.io/overflow-lab-pool": "local"}
+TAINT_KEY = "hybridgpu.io/overflow-lab"
+TOL = [{"key": TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}]
+MOVABLE = ("small-input", "large-input")
+FAILURES = ("none", "dropped_response", "local_gpus_free", "cloud_rejects_quota", "cloud_node_lost",
+            "transfer_interrupted", "corrupted_result", "return_copy_fails", "operator_returns_job",
+            "second_commit", "link_down_at_dispatch")
+# failure -> (allowed final tracker states, commits expected)
+TARGETS = {
+    "none": ({"finished"}, 1),
+    "dropped_response": ({"finished"}, 1),
+    "local_gpus_free": ({"local_running"}, 0),
+    "cloud_rejects_quota": ({"back_local"}, 0),
+    "cloud_node_lost": ({"finished"}, 1),
+    "transfer_interrupted": ({"finished"}, 1),
+    "corrupted_result": ({"finished"}, 1),
+    "return_copy_fails": ({"finished"}, 1),
+    "operator_returns_job": ({"back_local"}, 0),
+    "second_commit": ({"finished"}, 1),
+    "link_down_at_dispatch": ({"finished"}, 1),
+}
+FINAL = {"finished", "back_local", "local_running", "gone"}
+SSH = ["ssh", "-i", config.path("ssh", "id_ed25519"), "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=no",
+       "-o", "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR", "-o", "ConnectTimeout=5"]
+
+
+def ssh(host, command, check=True, timeout=60):
+    res = subprocess.run(SSH + ["root@" + host, command], capture_output=True, text=True, timeout=timeout)
+    if check and res.returncode != 0:
+        raise RuntimeError("ssh %s %s: %s" % (host, command, res.stderr.strip()))
+    return res.stdout
+
+
+class Env(object):
+    """Backends of one drill run; `backend` picks the local queue."""
+
+    def __init__(self, backend, workdir, tag):
+        self.backend = backend
+        self.tag = tag
+        self.workdir = workdir
+        os.makedirs(workdir, exist_ok=True)
+        self.classes = jobclass.load(CLASSES_FILE)
+        self.mode_file = os.path.join(workdir, "link.mode")
+        with open(self.mode_file, "w") as fh:
+            fh.write("pass\n")
+        self.proxy = LinkProxy((config.BRIDGE_IP, config.CLUSTERS["cloud"]["port"]), mode_file=self.mode_file).start()
+        kc = yaml.safe_load(open(config.path("k8s", "kubeconfig")))
+        for c in kc["clusters"]:
+            if c["name"] == "cloud":
+                c["cluster"]["server"] = "https://127.0.0.1:%d" % self.proxy.port
+        self.kubeconfig = os.path.join(workdir, "kubeconfig")
+        with open(self.kubeconfig, "w") as fh:
+            yaml.safe_dump(kc, fh)
+        os.chmod(self.kubeconfig, 0o600)
+        direct = {"kubeconfig": config.path("k8s", "kubeconfig"), "context": "cloud", "request_timeout": 10}
+        self.cloud_admin = k8s.Kube(direct)       # the drill's own hands on the cloud, not through the link
+        self.cloud = K8sCloudCluster(k8s.Kube({"kubeconfig": self.kubeconfig, "context": "cloud",
+                                               "request_timeout": 5}, retries=1, backoff=0.1),
+                                     namespace="overflow-drill")
+        self.cloud.ensure_namespace()
+        self.stager = RsyncStager(STORAGE_HOST, config.path("ssh", "id_ed25519"),
+                                  os.path.join(workdir, "results"), remote_root=REMOTE_ROOT)
+        self.tracker = Tracker(os.path.join(workdir, "tracker.db"))
+        if backend == "slurm":
+            self.local = SlurmLocalQueue(SLURM_HOST, config.path("ssh", "id_ed25519"), classes=self.classes)
+        else:
+            self.onprem = k8s.Kube({"kubeconfig": config.path("k8s", "kubeconfig"), "context": "onprem"})
+            self.local = K8sLocalQueue(self.onprem, namespace="overflow-drill-local", node_selector=POOL,
+                                       tolerations=TOL)
+            self.local.ensure_namespace()
+        self.inputs = self._make_inputs()
+        self.fill_site()
+
+    def _make_inputs(self):
+        d = os.path.join(self.workdir, "inputs")
+        os.makedirs(d, exist_ok=True)
+        sizes = {"small.bin": 2_000_000, "vocab.bin": 500_000, "large.bin": 32_000_000, "restricted.bin": 100_000}
+        for name, size in sizes.items():
+            p = os.path.join(d, name)
+            if not os.path.exists(p) or os.path.getsize(p) != size:
+                with open(p, "wb") as fh:
+                    fh.write(os.urandom(size))
+        return {"small-input": [{"name": "small.bin", "path": os.path.join(d, "small.bin")},
+                                {"name": "vocab.bin", "path": os.path.join(d, "vocab.bin"), "shared": True}],
+                "large-input": [{"name": "large.bin", "path": os.path.join(d, "large.bin")}],
+                "restricted": [{"name": "restricted.bin", "path": os.path.join(d, "restricted.bin")}]}
+
+    # -- the local site ---------------------------------------------------------------------------
+    def fill_site(self):
+        """A long site-batch job takes every local GPU, so the queue is full (the trigger's input)."""
+        name = "site-batch-%s" % self.tag
+        if self.local.state(name) in (b.Q_RUNNING, b.Q_QUEUED):
+            return
+        if self.backend == "slurm":
+            self.local.enqueue(name, "site-batch", "sleep 3600", cpus=4)
+        else:
+            self.local.enqueue(name, "site-batch", ["sleep", "3600"], gpus=8, gpu_type=A100)
+        self.blocker = name
+
+    def enqueue(self, job_id, cls):
+        if self.backend == "slurm":
+            self.local.enqueue(job_id, cls, "sleep 15", cpus=1)
+        else:
+            self.local.enqueue(job_id, cls, ["sleep", "15"], gpus=self.classes[cls]["gpus"], gpu_type=A100)
+
+    def snapshot(self):
+        return self.local.snapshot(total_gpus={A100: 8})
+
+    def cleanup_local(self, job_id):
+        if self.backend == "slurm":
+            self.local.run("scancel -n %s" % shlex.quote(job_id), check=False)
+        else:
+            self.onprem.delete_job(self.local.ns, job_id)
+
+    def close(self):
+        try:
+            if self.backend == "slurm":
+                self.local.run("scancel -n site-batch-%s" % self.tag, check=False)
+            else:
+                self.onprem.delete_job(self.local.ns, "site-batch-%s" % self.tag)
+        finally:
+            self.proxy.stop()
+            self.tracker.close()
+
+    def dispatcher(self, path="policy"):
+        return Dispatcher(self.local, self.cloud, self.stager, self.tracker, path, actor="drill-" + path,
+                          max_attempts=3)
+
+    def template(self, pace=0.0, extra=()):
+        cmd = ["python3", "-c", open(JOB_SCRIPT).read(), "cloud", "--storage", STORAGE_HOST, "--root", REMOTE_ROOT,
+               "--steps", "60", "--pace", str(pace)] + list(extra) + ["{shared}"]
+        return {"command": cmd}
+
+
+def wait(what, probe, timeout, interval=0.5):
+    end = time.time() + timeout
+    while time.time() < end:
+        got = probe()
+        if got:
+            return got
+        time.sleep(interval)
+    raise RuntimeError("timed out after %ss waiting for %s" % (timeout, what))
+
+
+def drive(env, d, job_id, marks, timeout=150):
+    """step() until the job reaches a final state. Records when the cloud run was first seen running."""
+    end = time.time() + timeout
+    res = None
+    while time.time() < end:
+        job = env.tracker.job(job_id)
+        if job and job["state"] in FINAL:
+            return job["state"]
+        res = d.step(job_id)
+        if res["outcome"] == "running" and "cloud GPUs" not in marks and "is running" in res["reason"]:
+            marks["cloud GPUs"] = time.time()
+        if res["outcome"] in ("running", "held", "submitted", "adopted", "returning", "noop"):
+            time.sleep(1.0)
+    job = env.tracker.job(job_id)
+    return job["state"] if job else None
+
+
+def log_time(trace, step, result=None):
+    for a in trace["attempts"]:
+        for e in a["log"]:
+            if e["step"] == step and (result is None or e["result"] == result):
+                return e["at"]
+    for e in trace["job_log"]:
+        if e["step"] == step and (result is None or e["result"] == result):
+            return e["at"]
+    return None
+
+
+def cloud_node_of(env, job_id):
+    jobs = env.cloud_admin.list_jobs(env.cloud.ns, label_selector="hybridgpu.io/overflow-job")
+    for j in jobs:
+        if (j["metadata"].get("annotations") or {}).get("hybridgpu.io/overflow-job-id") == job_id:
+            for p in env.cloud_admin.list_pods(env.cloud.ns, label_selector="job-name=%s" % j["metadata"]["name"]):
+                if (p.get("status") or {}).get("phase") == "Running":
+                    return p["spec"].get("nodeName")
+    return None
+
+
+def run_scenario(env, cls, failure, run=1):
+    """One job through the path with one injected failure. Returns the scenario record."""
+    job_id = "dr-%s-%s-%s-%s-%d" % (env.tag, env.backend[:2], cls.split("-")[0], failure.replace("_", "")[:12], run)
+    job_id = job_id[:60]
+    marks = {}
+    notes = []
+    path = "operator" if failure == "operator_returns_job" else "policy"
+    d = env.dispatcher(path)
+    env.enqueue(job_id, cls)
+    marks["started waiting"] = time.time()
+    pace = 0.5 if failure in ("cloud_node_lost", "operator_returns_job") else 0.0
+    spec = cloud_spec(job_id, env.classes[cls], env.template(pace), env.inputs[cls])
+    restore = []
+    outcome = None
+    try:
+        time.sleep(1.2)     # the local scheduler's cycle: the job is queued behind the site batch
+        decision = [x for x in trigger.evaluate(env.snapshot(), env.classes, path) if x["job_id"] == job_id]
+        decision = decision[0] if decision else None
+        if path == "policy" and (decision is None or decision["decision"] != "move"):
+            notes.append("trigger did not move it: %s" % (decision and decision["reason"]))
+        if failure == "dropped_response":
+            env.proxy.set_mode("drop", 1)
+            restore.append(lambda: env.proxy.set_mode("pass"))
+        elif failure == "link_down_at_dispatch":
+            env.proxy.set_mode("down")
+            restore.append(lambda: env.proxy.set_mode("pass"))
+        elif failure == "cloud_rejects_quota":
+            env.cloud_admin.call("create quota", env.cloud_admin.core.create_namespaced_resource_quota, env.cloud.ns,
+                                 {"metadata": {"name": "drill-gpu-pool"}, "spec": {"hard": {"count/jobs.batch": "0"}}})
+            restore.append(lambda: env.cloud_admin.call(
+                "delete quota", env.cloud_admin.core.delete_namespaced_resource_quota, "drill-gpu-pool", env.cloud.ns))
+        elif failure == "transfer_interrupted":
+            env.stager.interrupt_next = 1
+        elif failure == "corrupted_result":
+            env.stager.corrupt_next = 1
+        elif failure == "return_copy_fails":
+            env.stager.fail_return_next = 1
+        elif failure == "local_gpus_free":
+            restore.append(free_local_gpus(env, job_id))
+        outcome = d.dispatch(job_id, cls, spec=spec, inputs=env.inputs[cls])
+        notes.append("dispatch: %s (%s)" % (outcome["outcome"], outcome["reason"]))
+        for fn in restore:
+            fn()
+        restore = []
+        if failure == "link_down_at_dispatch":
+            res = d.step(job_id)        # link back: the lookup decides
+            notes.append("after the link came back: %s (%s)" % (res["outcome"], res["reason"]))
+            if env.tracker.job(job_id)["state"] == "back_local":
+                res = d.dispatch(job_id, cls, spec=spec, inputs=env.inputs[cls])
+                notes.append("dispatched again: %s" % res["outcome"])
+        if failure == "cloud_node_lost":
+            node = wait("the cloud run to start", lambda: cloud_node_of(env, job_id), 60)
+            marks["cloud GPUs"] = time.time()
+            n = [x for x in config.NODES if x["name"] == node][0]
+            ssh(n["ip"], "systemctl stop hybridgpu-node-agent")
+            restore.append(lambda: restart_agent(env, n))
+            notes.append("stopped the node agent on %s while the job ran" % node)
+        if failure == "operator_returns_job":
+            wait("the cloud run to start", lambda: cloud_node_of(env, job_id), 60)
+            marks["cloud GPUs"] = time.time()
+            stale = env.tracker.attempts(job_id)[-1]["attempt_id"]
+            res = d.return_to_local(job_id, "operator")
+            notes.append("operator return: %s (%s)" % (res["outcome"], res["reason"]))
+            late = env.tracker.commit(job_id, stale, "sha256:" + "0" * 64, "late-cloud-attempt")
+            notes.append("the stopped attempt tried to commit later: %s" % late["reason"])
+        state = drive(env, d, job_id, marks)
+        for fn in restore:
+            fn()
+        restore = []
+        if failure == "second_commit":
+            c = env.tracker.commit_of(job_id)
+            if c:
+                again = env.tracker.commit(job_id, c["attempt_id"], c["checksum"], "replayed-commit")
+                notes.append("second commit: %s" % again["reason"])
+    finally:
+        for fn in restore:
+            try:
+                fn()
+            except Exception as exc:  # report, keep restoring
+                notes.append("restore failed: %s" % exc)
+    trace = env.tracker.trace(job_id)
+    state = trace["job"]["state"]
+    allowed, commits = TARGETS[failure]
+    local_state = env.local.state(job_id)
+    leftover = env.cloud.find_by_job_id(job_id)
+    ok = state in allowed and trace["commit_count"] == commits and trace["commit_count"] <= 1
+    if state == "finished":
+        ok = ok and local_state in (b.Q_WITHDRAWN, b.Q_GONE)
+    if state == "back_local":
+        ok = ok and local_state in (b.Q_QUEUED, b.Q_RUNNING, b.Q_DONE)
+    ok = ok and (leftover is None or leftover.phase not in b.LIVE_PHASES)
+    staged = log_time(trace, "stage_inputs", "verified")
+    commit = trace["commit"]
+    marks_out = {"started waiting": marks.get("started waiting"), "data and image landed": staged,
+                 "started on cloud GPUs": marks.get("cloud GPUs") or log_time(trace, "submit", "created"),
+                 "finished": log_time(trace, "fetch_outputs"), "results back": commit["committed_at"] if commit else None}
+    stage_log = [e for a in trace["attempts"] for e in a["log"] if e["step"] == "stage_inputs" and e["result"] == "verified"]
+    staging = json.loads(stage_log[-1]["detail"]) if stage_log else {}
+    reference = None
+    if commit and failure in ("none", "second_commit"):
+        reference = reference_check(env, cls, commit["checksum"])
+        ok = ok and reference["match"]
+    env.cleanup_local(job_id)
+    return {"backend": env.backend, "job_class": cls, "failure": failure, "run": run, "job_id": job_id,
+            "path": path, "decision": decision and {"decision": decision["decision"], "reason": decision["reason"]},
+            "target": {"states": sorted(allowed), "commits": commits}, "final_state": state,
+            "local_state": local_state, "commit_count": trace["commit_count"], "pass": bool(ok),
+            "explained": trace["verdict"], "notes": notes, "marks": marks_out, "staging": staging,
+            "queue_s": (staged - marks["started waiting"]) if staged else None,
+            "transfer_s": staging.get("seconds"), "reference": reference,
+            "attempts": [{k: a[k] for k in ("attempt_id", "seq", "state", "resources", "started_at", "ended_at")}
+                         for a in trace["attempts"]],
+            "rejected_commits": [r["reason"] for r in trace["rejected_commits"]]}
+
+
+def free_local_gpus(env, job_id):
+    """Local GPUs free up at the moment of dispatch: the local scheduler starts the job first."""
+    if env.backend == "slurm":
+        env.local.run("scancel -n %s" % env.blocker)
+        wait("Slurm to start %s" % job_id, lambda: env.local.state(job_id) == b.Q_RUNNING, 30)
+
+        def restore():
+            env.cleanup_local(job_id)
+            env.fill_site()
+        return restore
+    node = "ovf-drill-local-%s" % env.tag
+    body = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": node, "labels": dict(
+        POOL, **{GPU_PRODUCT: product_label(A100)})},
+        "spec": {"taints": [{"key": TAINT_KEY, "value": "local", "effect": "NoSchedule"}]},
+        "status": {"capacity": {"nvidia.com/gpu": "8", "cpu": "64", "memory": "512Gi", "pods": "110"},
+                   "allocatable": {"nvidia.com/gpu": "8", "cpu": "64", "memory": "512Gi", "pods": "110"},
+                   "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}]}}
+    env.onprem.delete_job(env.local.ns, env.blocker)
+    env.onprem.call("register node %s" % node, env.onprem.core.create_node, body)
+    wait("the onprem scheduler to bind %s" % job_id, lambda: env.local.state(job_id) == b.Q_RUNNING, 30)
+
+    def restore():
+        env.onprem.delete_node(node)
+        env.cleanup_local(job_id)
+        env.fill_site()
+    return restore
+
+
+def restart_agent(env, node):
+    ssh(node["ip"], "systemctl start hybridgpu-node-agent")
+    wait("Node %s Ready again" % node["name"],
+         lambda: k8s.node_ready(env.cloud_admin.get_node(node["name"]) or {}) == "True", 60)
+
+
+def reference_check(env, cls, checksum):
+    """Run the same job locally (control host, same inputs and parameters) and compare by checksum."""
+    ref_in = os.path.join(env.workdir, "ref", cls, "inputs")
+    out = os.path.join(env.workdir, "ref", cls, "output")
+    os.makedirs(ref_in, exist_ok=True)
+    for it in env.inputs[cls]:
+        dst = os.path.join(ref_in, it["name"])
+        if not os.path.exists(dst):
+            os.link(it["path"], dst)
+    res = subprocess.run([sys.executable, JOB_SCRIPT, "train", "--out", out, "--inputs", ref_in, "--steps", "60"],
+                         capture_output=True, text=True, check=True)
+    digest = json.loads(res.stdout)["digest"]
+    return {"method": "checksum (deterministic job)", "local": digest, "cloud": checksum, "match": digest == checksum}
+
+
+def checkpoint_drill(env):
+    """FAQ: a moved job stops part way; its last checkpoint comes back and resumes locally; the curve
+    is compared with an uninterrupted run against a tolerance fixed here, before running."""
+    tolerance = {"abs_tol": 1e-9, "rel_tol": 0.0}
+    job_id = "dr-%s-ckpt" % env.tag
+    env.enqueue(job_id, "small-input")
+    time.sleep(1.2)
+    d = env.dispatcher("operator")
+    spec = cloud_spec(job_id, env.classes["small-input"],
+                      {"command": env.template(extra=["--steps", "120", "--stop-at", "60"])["command"]},
+                      env.inputs["small-input"])
+    # later --steps wins in argparse: 120 steps planned, stopped at 60
+    d.dispatch(job_id, "small-input", spec=spec, inputs=env.inputs["small-input"])
+    cj = wait("the cloud attempt to stop part way", lambda: (lambda j: j if j and j.phase in (
+        b.SUCCEEDED, b.FAILED) else None)(env.cloud.find_by_job_id(job_id)), 90)
+    got = env.stager.fetch_outputs(job_id, cj)
+    verified = got["checksum"] == cj.output_checksum
+    ckpt = os.path.join(got["ref"], "checkpoint.json")
+    resumed = os.path.join(env.workdir, "ckpt", "resumed")
+    full = os.path.join(env.workdir, "ckpt", "uninterrupted")
+    ref_in = os.path.join(env.workdir, "ref", "small-input", "inputs")
+    os.makedirs(ref_in, exist_ok=True)
+    for it in env.inputs["small-input"]:
+        dst = os.path.join(ref_in, it["name"])
+        if not os.path.exists(dst):
+            os.link(it["path"], dst)
+    subprocess.run([sys.executable, JOB_SCRIPT, "train", "--out", resumed, "--inputs", ref_in, "--steps", "120",
+                    "--resume", ckpt], check=True, capture_output=True)
+    subprocess.run([sys.executable, JOB_SCRIPT, "train", "--out", full, "--inputs", ref_in, "--steps", "120"],
+                   check=True, capture_output=True)
+    a = json.load(open(os.path.join(full, "metrics.json")))["curve"]
+    c = json.load(open(os.path.join(resumed, "metrics.json")))["curve"]
+    cmp_ = drillstats.compare_curves(list(enumerate(a)), list(enumerate(c)), **tolerance)
+    d.return_to_local(job_id, "operator")
+    env.cleanup_local(job_id)
+    state = json.load(open(ckpt))["state"]
+    return {"job_id": job_id, "checkpoint_verified": verified, "checkpoint_step": state["step"],
+            "checkpoint_holds": sorted(k for k in state if k in ("model", "optimizer", "scheduler", "step", "rng")),
+            "tolerance": tolerance, "comparison": cmp_, "pass": bool(verified and cmp_["ok"] and state["step"] == 60)}
+
+
+def spread_runs(env, cls, min_runs, max_runs):
+    runs = []
+    verdict = None
+    for n in range(1, max_runs + 1):
+        r = run_scenario(env, cls, "none", run=n)
+        runs.append(r)
+        series = {"transfer_s": [x["transfer_s"] or 0.0 for x in runs], "queue_s": [x["queue_s"] or 0.0 for x in runs]}
+        if n >= 2:
+            verdict = drillstats.should_stop(series, rel_tol=0.25, min_runs=min_runs, max_runs=max_runs)
+            if verdict["stop"]:
+                break
+    return runs, verdict
+
+
+# -- report --------------------------------------------------------------------------------------
+def render_html(report):
+    e = records._e
+    out = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8"><title>Overflow drill</title>',
+           "<style>%s .bar{display:inline-block;height:10px;background:#58a}.ok{color:#070}.bad{color:#b00}"
+           "</style></head><body>" % records._CSS,
+           "<h1>Overflow drill</h1>",
+           "<p>%s &middot; verdict <b class='%s'>%s</b></p>" % (
+               e(report["generated"]), "ok" if report["pass"] else "bad", "PASS" if report["pass"] else "FAIL"),
+           "<h2>Failures injected</h2><table><tr><th>backend</th><th>class</th><th>failure</th><th>path</th>"
+           "<th>target</th><th>final state</th><th>commits</th><th>verdict</th><th>what happened</th></tr>"]
+    for s in report["scenarios"]:
+        out.append("<tr><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td>"
+                   "<td class='%s'>%s</td><td>%s</td></tr>" % (
+                       e(s["backend"]), e(s["job_class"]), e(s["failure"]), e(s["path"]),
+                       e(", ".join(s["target"]["states"]) + " / %d commit(s)" % s["target"]["commits"]),
+                       e(s["final_state"]), e(s["commit_count"]), "ok" if s["pass"] else "bad",
+                       "pass" if s["pass"] else "FAIL", e("; ".join(s["notes"] + s["explained"]["notes"]))))
+    out.append("</table><h2>Control (restricted class)</h2><table><tr><th>backend</th><th>path</th><th>result</th></tr>")
+    for c in report["controls"]:
+        out.append("<tr><td>%s</td><td>%s</td><td class='%s'>%s</td></tr>" % (
+            e(c["backend"]), e(c["path"]), "ok" if c["pass"] else "bad", e(c["reason"])))
+    out.append("</table><h2>Timeline: the five marks per job</h2><table><tr><th>job</th>%s</tr>" % "".join(
+        "<th>%s</th>" % e(m) for m in MARKS))
+    for s in report["scenarios"]:
+        t0 = s["marks"]["started waiting"]
+        cells = []
+        for m in MARKS:
+            v = s["marks"].get(m)
+            if v is None or t0 is None:
+                cells.append("<td>&mdash;</td>")
+            else:
+                cells.append("<td>+%.1fs <span class='bar' style='width:%dpx'></span></td>" % (
+                    v - t0, max(1, min(300, int((v - t0) * 4)))))
+        out.append("<tr><td>%s</td>%s</tr>" % (e(s["job_id"]), "".join(cells)))
+    out.append("</table><h2>Spread of transfer and queue times</h2><table><tr><th>backend</th><th>class</th>"
+               "<th>runs</th><th>stopping rule</th><th>verdict</th><th>spreads (IQR, s)</th></tr>")
+    for sp in report["spread"]:
+        v = sp["verdict"] or {}
+        out.append("<tr><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td></tr>" % (
+            e(sp["backend"]), e(sp["job_class"]), e(sp["runs"]), e(v.get("rule")), e(v.get("reason")),
+            e(", ".join("%s=%.3f" % (k, x["spread"]) for k, x in sorted((v.get("spreads") or {}).items())))))
+    out.append("</table>")
+    ck = report.get("checkpoint")
+    if ck:
+        out.append("<h2>Checkpoint resume</h2><p class='%s'>%s: checkpoint at step %s verified=%s, curve max diff %s "
+                   "(tolerance %s)</p>" % ("ok" if ck["pass"] else "bad", "pass" if ck["pass"] else "FAIL",
+                                           e(ck["checkpoint_step"]), e(ck["checkpoint_verified"]),
+                                           e(ck["comparison"]["max_abs_diff"]), e(ck["tolerance"])))
+    out.append("</body></html>")
+    return "\n".join(out) + "\n"
+
+
+MARKS = ("started waiting", "data and image landed", "started on cloud GPUs", "finished", "results back")
+
+
+def write_report(outdir, report):
+    os.makedirs(outdir, exist_ok=True)
+    for name, text in (("drill.json", json.dumps(report, indent=2, sort_keys=True, default=str) + "\n"),
+                       ("drill.html", render_html(report))):
+        tmp = os.path.join(outdir, "." + name + ".tmp")
+        records._fsync_write(tmp, text)
+        os.replace(tmp, os.path.join(outdir, name))
+    return [os.path.join(outdir, "drill.json"), os.path.join(outdir, "drill.html")]
+
+
+def control(env, path):
+    """The restricted class with the queue full: the trigger keeps it, an operator move is refused."""
+    job_id = "dr-%s-%s-restricted-%s" % (env.tag, env.backend[:2], path[:3])
+    env.enqueue(job_id, "restricted")
+    time.sleep(1.2)
+    try:
+        dec = [x for x in trigger.evaluate(env.snapshot(), env.classes, path) if x["job_id"] == job_id][0]
+        ok = dec["decision"] == "stay" and bool(dec["full"]) and "restricted" in dec["reason"]
+        moved = env.tracker.job(job_id) is not None
+        return {"backend": env.backend, "path": path, "job_id": job_id, "pass": ok and not moved,
+                "reason": "%s (full: %s)" % (dec["reason"], "; ".join(dec["full"]))}
+    finally:
+        env.cleanup_local(job_id)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", required=True)
+    p.add_argument("--backend", action="append", choices=["slurm", "kubernetes"])
+    p.add_argument("--class", dest="classes", action="append", choices=MOVABLE)
+    p.add_argument("--failure", action="append", choices=FAILURES)
+    p.add_argument("--min-runs", type=int, default=4)
+    p.add_argument("--max-runs", type=int, default=8)
+    p.add_argument("--no-spread", action="store_true")
+    p.add_argument("--no-checkpoint", action="store_true")
+    a = p.parse_args(argv)
+    tag = "%x" % int(time.time() * 10 % 0xFFFFFF)
+    report = {"generated": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "scenarios": [], "controls": [],
+              "spread": [], "checkpoint": None}
+    for backend in a.backend or ["slurm", "kubernetes"]:
+        env = Env(backend, os.path.join(a.out, backend), tag)
+        try:
+            for path in ("policy", "operator"):
+                report["controls"].append(control(env, path))
+            for cls in a.classes or MOVABLE:
+                for failure in a.failure or [f for f in FAILURES if f != "none"]:
+                    r = run_scenario(env, cls, failure)
+                    print("%-10s %-12s %-22s %-12s %s" % (backend, cls, failure, r["final_state"],
+                                                          "pass" if r["pass"] else "FAIL"), flush=True)
+                    report["scenarios"].append(r)
+                if not a.no_spread:
+                    runs, verdict = spread_runs(env, cls, a.min_runs, a.max_runs)
+                    report["scenarios"].extend(runs)
+                    report["spread"].append({"backend": backend, "job_class": cls, "runs": len(runs),
+                                             "verdict": verdict})
+            if not a.no_checkpoint and report["checkpoint"] is None:
+                report["checkpoint"] = checkpoint_drill(env)
+        finally:
+            env.close()
+    report["pass"] = all(s["pass"] for s in report["scenarios"]) and all(c["pass"] for c in report["controls"]) and \
+        (report["checkpoint"] is None or report["checkpoint"]["pass"])
+    files = write_report(a.out, report)
+    print("drill %s: %s" % ("PASS" if report["pass"] else "FAIL", " ".join(files)))
+    return 0 if report["pass"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
