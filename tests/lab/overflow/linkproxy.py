@@ -36,10 +36,12 @@ class LinkProxy(object):
         self.conns = set()
 
     # -- control ------------------------------------------------------------------------
-    def set_mode(self, mode, count=0):
+    def set_mode(self, mode, count=0, persist=True):
         with self.lock:
             self.mode = mode
             self.drops_left = count if mode == "drop" else 0
+        if persist:
+            self._write_mode_file()     # the file is the source of truth for every reader
         if mode == "down":
             self._close_listener()
             for c in list(self.conns):
@@ -58,7 +60,7 @@ class LinkProxy(object):
         with self.lock:
             same = (want == self.mode and (want != "drop" or count == self.drops_left))
         if not same:
-            self.set_mode(want, count)
+            self.set_mode(want, count, persist=False)
 
     def _write_mode_file(self):
         if self.mode_file:
