@@ -1,0 +1,1 @@
+"""The lab's telemetry: a real Prometheus (Debian package `prometheus`) on the host."""
