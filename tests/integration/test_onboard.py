@@ -1,0 +1,183 @@
+"""Onboarding against the lab: onboard.yml joins the wave to the onprem emulator, a second
+run changes nothing, and bad input stops before any change.
+
+The owned nodes are left JOINED (the validation tests need them). Every test is rerunnable:
+onboarding is idempotent, and the tests that change something restore it.
+"""
+import json
+import os
+import re
+import subprocess
+
+import pytest
+import yaml
+
+from conftest import ROOT, podman_exec, ssh
+
+pytestmark = pytest.mark.lab
+
+WAVE = ["owned-a100-1", "owned-a100-2", "owned-l40s-1"]
+ONE = "owned-l40s-1"  # the node destructive checks use
+PLAYBOOK = os.path.join(ROOT, "playbooks", "onboard.yml")
+RECORDS = os.path.join(ROOT, "records", "manifests")
+
+
+def playbook(*args, extra=None, tmp_path=None, timeout=900):
+    env = dict(os.environ, PATH=os.path.join(ROOT, ".venv", "bin") + os.pathsep + os.environ["PATH"],
+               ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"), ANSIBLE_NOCOLOR="1",
+               ANSIBLE_FORCE_COLOR="0")
+    cmd = ["ansible-playbook", PLAYBOOK, *args]
+    if extra is not None:
+        path = os.path.join(str(tmp_path), "extra.json")
+        with open(path, "w") as fh:
+            json.dump(extra, fh)
+        cmd += ["-e", "@" + path]
+    return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def recap(out):
+    """{host: {ok, changed, failed, ...}} from the PLAY RECAP."""
+    hosts = {}
+    for m in re.finditer(r"^(\S+)\s+:\s+((?:\w+=\d+\s*)+)$", out, re.M):
+        hosts[m.group(1)] = dict((k, int(v)) for k, v in re.findall(r"(\w+)=(\d+)", m.group(2)))
+    return hosts
+
+
+def kube():
+    from ansible_collections.hybridgpu.fleet.plugins.module_utils.k8s import Kube
+    return Kube({"kubeconfig": os.path.join(ROOT, ".lab", "k8s", "kubeconfig"), "context": "onprem"})
+
+
+def manifest(name):
+    with open(os.path.join(RECORDS, name + ".json")) as fh:
+        return json.load(fh)
+
+
+@pytest.fixture(scope="module")
+def onboarded(lab):
+    first = playbook()
+    assert first.returncode == 0, first.stdout[-6000:] + first.stderr[-2000:]
+    second = playbook()
+    assert second.returncode == 0, second.stdout[-6000:] + second.stderr[-2000:]
+    return first, second
+
+
+def test_second_run_changes_nothing(onboarded):
+    counts = recap(onboarded[1].stdout)
+    assert sorted(counts) == WAVE
+    for host, c in counts.items():
+        assert c["changed"] == 0 and c["failed"] == 0, (host, c, onboarded[1].stdout[-4000:])
+
+
+def test_nodes_ready_with_placement_from_the_matrix(onboarded):
+    rows = {"owned-a100-1": ("ng_a100_535", "a100-535"), "owned-a100-2": ("ng_a100_535", "a100-535"),
+            "owned-l40s-1": ("ng_l40s_550", "l40s-550")}
+    k = kube()
+    for name in WAVE:
+        node = k.get_node(name)
+        ready = [c["status"] for c in node["status"]["conditions"] if c["type"] == "Ready"]
+        assert ready == ["True"], name
+        labels = node["metadata"]["labels"]
+        assert labels["hybridgpu.io/side"] == "owned"
+        assert (labels["hybridgpu.io/node-group"], labels["hybridgpu.io/matrix-row"]) == rows[name]
+        assert labels["node-restriction.kubernetes.io/data-class"] == "restricted"
+        assert labels["kubernetes.io/hostname"] == name  # the agent's own labels stay
+        taints = [(t["key"], t.get("value"), t["effect"]) for t in node["spec"].get("taints") or []]
+        assert ("hybridgpu.io/owned", "true", "PreferNoSchedule") in taints
+
+
+def test_node_side_state_and_manifest(onboarded):
+    for name in WAVE:
+        res = ssh(name, "systemctl is-active hybridgpu-node-agent hybridgpu-gpu-exporter; "
+                        "nft list table inet hybridgpu >/dev/null && echo table-ok; "
+                        "stat -c %a /etc/hybridgpu/node-agent/kubeconfig; "
+                        "systemctl show -p User -p NoNewPrivileges -p ProtectSystem hybridgpu-gpu-exporter")
+        out = res.stdout.split()
+        assert out[:2] == ["active", "active"] and "table-ok" in out and "600" in out, res.stdout
+        assert "User=hgpu-gpu-exporter" in out and "NoNewPrivileges=yes" in out and "ProtectSystem=strict" in out
+        doc = manifest(name)
+        kinds = dict((s, set((a["kind"], a.get("name") or a.get("path") or a.get("key")) for a in v["artefacts"]))
+                     for s, v in doc["sections"].items())
+        assert ("api_object", "node-%s-token" % name) in kinds["join"]
+        assert ("file", "/etc/hybridgpu/node-agent/kubeconfig") in kinds["join"]
+        assert ("unit", "hybridgpu-node-agent.service") in kinds["join"]
+        assert ("nft_table", "hybridgpu") in kinds["host_firewall"]
+        assert ("label", "node-restriction.kubernetes.io/data-class") in kinds["placement"]
+        assert ("taint", "hybridgpu.io/owned") in kinds["placement"]
+        assert ("user", "hgpu-gpu-exporter") in kinds["agents"]
+        assert ("unit", "hybridgpu-gpu-exporter.service") in kinds["agents"]
+        pre = doc["pre_onboarding"]
+        assert "ssh.service" in pre["active_units"] and "nft_ruleset" in pre
+        # the copy on the node is the same document
+        on_node = json.loads(ssh(name, "cat /var/lib/hybridgpu/manifest.json").stdout)
+        assert on_node == doc
+
+
+def test_management_agent_opens_no_inbound_port(onboarded):
+    listing = ssh(ONE, "nft list table inet hybridgpu").stdout
+    assert "6443" not in listing.split("chain output")[0]  # API port only as egress
+    assert re.search(r'ip daddr 10\.213\.77\.1 tcp dport 6443 accept', listing)
+
+
+def test_undeclared_label_is_removed_check_mode_first(onboarded, tmp_path):
+    k = kube()
+    k.patch_node(ONE, {"metadata": {"labels": {"hybridgpu.io/stale": "yes"}}}, patch_type="merge")
+    try:
+        check = playbook("--limit", ONE, "--tags", "placement", "--check", "--diff")
+        assert check.returncode == 0, check.stdout[-4000:]
+        assert "-label hybridgpu.io/stale=yes" in check.stdout
+        assert k.get_node(ONE)["metadata"]["labels"].get("hybridgpu.io/stale") == "yes"
+        run = playbook("--limit", ONE, "--tags", "placement")
+        assert run.returncode == 0 and recap(run.stdout)[ONE]["changed"] >= 1
+        assert "hybridgpu.io/stale" not in k.get_node(ONE)["metadata"]["labels"]
+        assert "hybridgpu.io/stale" not in json.dumps(manifest(ONE)["sections"]["placement"])
+    finally:
+        k.patch_node(ONE, {"metadata": {"labels": {"hybridgpu.io/stale": None}}}, patch_type="merge")
+
+
+def node_state(name):
+    """What a failed run must leave as it was."""
+    k = kube()
+    node = k.get_node(name)
+    side = ssh(name, "nft list table inet hybridgpu | sed 's/counter packets [0-9]* bytes [0-9]*/counter/'; "
+                     "getent passwd | cut -d: -f1; ls /etc/systemd/system").stdout
+    with open(os.path.join(RECORDS, name + ".json")) as fh:
+        man = fh.read()
+    return node["metadata"]["labels"], node["spec"].get("taints"), side, man
+
+
+@pytest.mark.parametrize("case", ["unknown_agent", "label_outside_prefixes", "firewall_cuts_management"])
+def test_bad_input_stops_before_any_change(onboarded, tmp_path, case):
+    before = node_state(ONE)
+    if case == "unknown_agent":
+        agents = yaml.safe_load(open(os.path.join(ROOT, "inventories", "lab", "group_vars", "owned.yml")))[
+            "node_agents_agents"]
+        extra = {"node_agents_agents": agents + [{
+            "name": "rogue-agent", "binary": {"src": "/bin/true", "dest": "/usr/local/bin/rogue"},
+            "exec_start": "/usr/local/bin/rogue", "systemd_unit": "rogue.service", "user": "rogue"}]}
+        res = playbook("--limit", ONE, extra=extra, tmp_path=tmp_path)
+        message = "agent rogue-agent is not in the access boundary"
+    elif case == "label_outside_prefixes":
+        extra = {"node_placement_extra_labels": {"node-restriction.kubernetes.io/data-class": "restricted",
+                                                 "team.example.com/owner": "ml"}}
+        res = playbook("--limit", ONE, "--tags", "placement", extra=extra, tmp_path=tmp_path)
+        message = "team.example.com/owner"
+    else:
+        with open(os.path.join(ROOT, "inventories", "lab", "preflight", "paths.yml")) as fh:
+            table = yaml.safe_load(fh)
+        for path in table["paths"]:
+            if path["id"] == "mgmt-ssh":
+                path["narrowest_source"] = "10.213.77.1/32"
+                path["source"] = {"cidr": "10.213.77.200/32"}
+                path["narrowest_source"] = "10.213.77.200/32"
+        bad = tmp_path / "paths.yml"
+        bad.write_text(yaml.safe_dump(table))
+        res = playbook("--limit", ONE, "--tags", "firewall", extra={"onboard_path_table": str(bad)},
+                       tmp_path=tmp_path)
+        message = "would cut the management path"
+    assert res.returncode != 0
+    assert message in res.stdout, res.stdout[-4000:]
+    assert node_state(ONE) == before
+    # no rollback timer left behind either
+    assert podman_exec(ONE, "systemctl", "is-active", "hybridgpu-nft-rollback-hybridgpu.timer").stdout.strip() \
+        != "active"
