@@ -1,0 +1,149 @@
+#!/usr/bin/env python3
+"""Benchmark a wave on the lab: wall time and SSH round trips per node for onboarding and
+validation, and how they grow from 1 to 3 owned nodes.
+
+    bench/bench_wave.py [--phases onboard,validate] [--sizes 1,2,3] [--repeat 1] [--json FILE]
+
+For each wave size N (the first N of owned-a100-1, owned-a100-2, owned-l40s-1):
+- baseline: a plain playbook with one `ansible.builtin.command: true` task on the same
+  hosts (Ansible start-up + one SSH round trip per host), measured in the same run;
+- onboard: playbooks/onboard.yml limited to those hosts (already onboarded nodes measure the
+  idempotent rerun, which is what a wave rerun costs);
+- validate: playbooks/validate.yml with the NCCL baseline (`--tags baseline`) followed by
+  steps inventory, reference_job, collectives and placement (link interruption and telemetry
+  are fixed waits by design and are left out).
+SSH round trips are counted by an ssh wrapper (ANSIBLE_SSH_EXECUTABLE) that logs every
+invocation; with pipelining and ControlPersist each invocation is one round trip on the
+shared connection. Reported: wall seconds, ratio to the baseline, seconds and SSH calls per
+node. Records go to a temporary folder; the lab is left as it was found (onboarding is
+idempotent; validation cleans up its Jobs and restores what it changes).
+"""
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+NODES = ["owned-a100-1", "owned-a100-2", "owned-l40s-1"]
+MATRIX = {
+    "a100-535": {"gpu_model": "NVIDIA A100-SXM4-80GB", "gpu_count": 8, "gpu_memory_mib": 81920},
+    "l40s-550": {"gpu_model": "NVIDIA L40S", "gpu_count": 4, "gpu_memory_mib": 46068},
+}
+PLAIN = """---
+- name: Plain baseline, one command per host
+  hosts: all
+  gather_facts: false
+  tasks:
+    - name: Run true
+      ansible.builtin.command: /bin/true
+      changed_when: false
+"""
+
+
+def ssh_wrapper(folder):
+    """An ssh that logs one line per invocation, then runs the real ssh."""
+    log = os.path.join(folder, "ssh.log")
+    path = os.path.join(folder, "ssh")
+    real = shutil.which("ssh")
+    with open(path, "w") as fh:
+        fh.write("#!/bin/sh\necho \"$$\" >> %s\nexec %s \"$@\"\n" % (log, real))
+    os.chmod(path, 0o755)
+    return path, log
+
+
+def run(playbook, hosts, wrapper, log, extra=None, tags=None):
+    if os.path.exists(log):
+        os.unlink(log)
+    cmd = [os.path.join(ROOT, ".venv", "bin", "ansible-playbook"), playbook, "--limit", ",".join(hosts)]
+    if extra:
+        cmd += ["-e", json.dumps(extra)]
+    if tags:
+        cmd += ["--tags", tags]
+    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"),
+               ANSIBLE_SSH_EXECUTABLE=wrapper,
+               PATH=os.path.join(ROOT, ".venv", "bin") + os.pathsep + os.environ["PATH"])
+    start = time.monotonic()
+    res = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
+    took = time.monotonic() - start
+    if res.returncode != 0:
+        sys.exit("%s on %s failed (rc=%d):\n%s" % (playbook, hosts, res.returncode, res.stdout[-4000:]))
+    calls = 0
+    if os.path.exists(log):
+        with open(log) as fh:
+            calls = sum(1 for _ in fh)
+    return took, calls
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--phases", default="onboard,validate")
+    ap.add_argument("--sizes", default="1,2,3")
+    ap.add_argument("--repeat", type=int, default=1)
+    ap.add_argument("--json", help="also write the results as JSON to this file")
+    args = ap.parse_args()
+    phases = [p for p in args.phases.split(",") if p]
+    sizes = [int(s) for s in args.sizes.split(",")]
+    work = tempfile.mkdtemp(prefix="hgpu-bench-wave-")
+    wrapper, log = ssh_wrapper(work)
+    plain = os.path.join(work, "plain.yml")
+    with open(plain, "w") as fh:
+        fh.write(PLAIN)
+    records = os.path.join(work, "records")
+    results = []
+    try:
+        for size in sizes:
+            hosts = NODES[:size]
+            for _ in range(args.repeat):
+                base_t, base_calls = run(plain, hosts, wrapper, log)
+                row = {"nodes": size, "baseline_s": round(base_t, 2), "baseline_ssh": base_calls}
+                if "onboard" in phases:
+                    t, calls = run(os.path.join("playbooks", "onboard.yml"), hosts, wrapper, log,
+                                   extra={"onboard_wave": "owned"})
+                    row.update(onboard_s=round(t, 2), onboard_ssh=calls)
+                if "validate" in phases:
+                    ev = {"validate_hosts": "owned", "validate_wave": "bench", "validate_matrix": MATRIX,
+                          "hgpu_lab_records_dir": records, "validate_baseline_runs": 1,
+                          "validate_steps": ["inventory", "reference_job", "collectives", "placement"]}
+                    bt, bcalls = run(os.path.join("playbooks", "validate.yml"), hosts, wrapper, log,
+                                     extra=ev, tags="baseline")
+                    t, calls = run(os.path.join("playbooks", "validate.yml"), hosts, wrapper, log, extra=ev)
+                    row.update(nccl_baseline_s=round(bt, 2), nccl_baseline_ssh=bcalls,
+                               validate_s=round(t, 2), validate_ssh=calls)
+                results.append(row)
+                print_row(row)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    print_growth(results, phases)
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(results, fh, indent=2)
+    return 0
+
+
+def print_row(row):
+    n = row["nodes"]
+    parts = ["%d node(s): baseline %.1fs (%d ssh)" % (n, row["baseline_s"], row["baseline_ssh"])]
+    for phase in ("onboard", "nccl_baseline", "validate"):
+        if phase + "_s" in row:
+            parts.append("%s %.1fs = %.1fx baseline, %.1fs and %.0f ssh per node" % (
+                phase, row[phase + "_s"], row[phase + "_s"] / row["baseline_s"],
+                row[phase + "_s"] / n, row[phase + "_ssh"] / n))
+    print("; ".join(parts), flush=True)
+
+
+def print_growth(results, phases):
+    if len(results) < 2:
+        return
+    first, last = results[0], results[-1]
+    for phase in [p for p in ("onboard", "validate") if p in phases]:
+        print("%s: %d -> %d nodes, wall time x%.2f (baseline x%.2f), ssh calls x%.2f" % (
+            phase, first["nodes"], last["nodes"], last[phase + "_s"] / first[phase + "_s"],
+            last["baseline_s"] / first["baseline_s"], last[phase + "_ssh"] / max(1, first[phase + "_ssh"])))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
