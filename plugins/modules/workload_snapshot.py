@@ -1,0 +1,90 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+module: workload_snapshot
+short_description: Snapshot Pods and Jobs of a cluster, and compare with an earlier snapshot
+version_added: "0.1.0"
+description:
+  - Lists every Pod (node, uid, phase) and Job (active, succeeded, failed, conditions).
+  - With O(before), also reports what changed for workloads outside O(exclude_nodes): pods on
+    other nodes that vanished, were replaced or failed, and Jobs that gained failures.
+extends_documentation_fragment:
+  - hybridgpu.fleet.k8s_auth
+options:
+  namespace:
+    description: Only this namespace (all when omitted).
+    type: str
+  before:
+    description: An earlier C(snapshot) result to compare against.
+    type: dict
+  exclude_nodes:
+    description: Nodes whose pods are expected to change (the node under maintenance).
+    type: list
+    elements: str
+    default: []
+attributes:
+  check_mode:
+    support: full
+    description: Reads only.
+  diff_mode:
+    support: none
+author:
+  - hybridgpu.fleet maintainers
+"""
+
+EXAMPLES = r"""
+- name: Workloads before the upgrade
+  hybridgpu.fleet.workload_snapshot:
+    context: onprem
+  delegate_to: localhost
+  register: before
+
+- name: Were other nodes' jobs affected?
+  hybridgpu.fleet.workload_snapshot:
+    context: onprem
+    before: "{{ before.snapshot }}"
+    exclude_nodes: [owned-a100-2]
+  delegate_to: localhost
+  register: after
+"""
+
+RETURN = r"""
+snapshot:
+  description: C(pods) and C(jobs) keyed by namespace/name.
+  returned: always
+  type: dict
+comparison:
+  description: C(affected), C(pods), C(jobs), C(checked_pods), C(checked_jobs).
+  returned: when before is given
+  type: dict
+"""
+
+from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+from ansible_collections.hybridgpu.fleet.plugins.module_utils import workloads
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.k8s import HAS_K8S, K8S_AUTH_ARG_SPEC, K8sError, Kube
+
+
+def main():
+    spec = dict(K8S_AUTH_ARG_SPEC)
+    spec.update(namespace=dict(type="str"), before=dict(type="dict"),
+                exclude_nodes=dict(type="list", elements="str", default=[]))
+    module = AnsibleModule(argument_spec=spec, supports_check_mode=True)
+    if not HAS_K8S:
+        module.fail_json(msg=missing_required_lib("kubernetes"))
+    try:
+        snap = workloads.snapshot(Kube(module.params), module.params["namespace"])
+    except K8sError as err:
+        module.fail_json(msg="cannot list pods and jobs (context %s): %s" % (module.params["context"], err))
+    result = {"changed": False, "snapshot": snap}
+    if module.params["before"] is not None:
+        result["comparison"] = workloads.compare(module.params["before"], snap, module.params["exclude_nodes"])
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()
