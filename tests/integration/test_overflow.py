@@ -1,0 +1,158 @@
+"""Overflow (issue 6) in the lab, for both local queue backends (Slurm on site-sched, Jobs on the
+onprem emulator): real holds, real rsync staging to cloud-storage, real cloud Jobs run by the node
+agent, every drill failure injected once per movable class, the restricted control, the
+checkpoint resume and the operator playbook. Each scenario restores what it changed."""
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import LAB_SRC, ROOT
+
+sys.path.insert(0, os.path.join(LAB_SRC, "overflow"))
+
+import drill  # noqa: E402
+from lablib import image, slurm, storage  # noqa: E402
+
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow import backends as b  # noqa: E402
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow.rsync_stager import RsyncStager  # noqa: E402
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow.slurm_backend import SlurmLocalQueue  # noqa: E402
+
+pytestmark = pytest.mark.lab
+
+
+@pytest.fixture(scope="module")
+def overflow_lab(lab):
+    """site-sched (Slurm) and cloud-storage, made idempotently on the running lab."""
+    ref = image.node_ref()
+    storage.ensure(ref)
+    slurm.ensure(ref)
+    return lab
+
+
+@pytest.fixture(scope="module")
+def envs(overflow_lab, tmp_path_factory):
+    made = {}
+    tag = "%x" % int(time.time() * 10 % 0xFFFFFF)
+
+    def get(backend):
+        if backend not in made:
+            made[backend] = drill.Env(backend, str(tmp_path_factory.mktemp("drill-" + backend)), tag)
+        return made[backend]
+    yield get
+    for env in made.values():
+        env.close()
+
+
+def test_slurm_hold_release_withdraw_and_started(overflow_lab):
+    q = SlurmLocalQueue(drill.SLURM_HOST, overflow_lab.path("ssh", "id_ed25519"))
+    tag = "%x" % int(time.time() * 10 % 0xFFFFFF)
+    blocker, job = "it-blk-" + tag, "it-job-" + tag
+    try:
+        q.enqueue(blocker, "site-batch", "sleep 120", cpus=4)
+        q.enqueue(job, "small-input", "sleep 5")
+        time.sleep(1.5)
+        assert q.state(job) == b.Q_QUEUED
+        slurm_id = q._find(job)["slurm_id"]
+        assert q.hold(job) == b.HELD and q.state(job) == b.Q_HELD
+        assert q.hold(job) == b.HELD
+        row = q._find(job)
+        assert row["slurm_id"] == slurm_id and row["reason"] == "JobHeldAdmin"
+        assert q.release(job) and q.state(job) == b.Q_QUEUED
+        assert q.hold(blocker) == b.ALREADY_STARTED          # Slurm refuses to hold a running job
+        assert q.hold(job) == b.HELD and q.withdraw(job) and q.state(job) == b.Q_WITHDRAWN
+        assert q.hold(job) == b.GONE and q.hold("it-none-" + tag) == b.GONE
+        before = q.round_trips
+        snap = q.snapshot(total_gpus={drill.A100: 8})
+        assert q.round_trips == before + 1                     # squeue + sprio in one round trip
+        assert [j.job_id for j in snap.jobs if j.state == "running"] == [blocker]
+    finally:
+        q.run("scancel -n %s; scancel -n %s" % (blocker, job), check=False)
+
+
+def test_stager_resumes_skips_warm_data_and_verifies(overflow_lab, tmp_path):
+    src = tmp_path / "in"
+    src.mkdir()
+    (src / "a.bin").write_bytes(os.urandom(20_000_000))
+    (src / "shared.bin").write_bytes(os.urandom(300_000))
+    st = RsyncStager(drill.STORAGE_HOST, overflow_lab.path("ssh", "id_ed25519"), str(tmp_path / "onprem"),
+                     remote_root="/srv/cloud-storage/it-%d" % os.getpid())
+    inputs = [{"name": "a.bin", "path": str(src / "a.bin")},
+              {"name": "shared.bin", "path": str(src / "shared.bin"), "shared": True}]
+    try:
+        st.interrupt_next = 1
+        with pytest.raises(b.TransferInterrupted) as err:
+            st.stage_inputs("j1", inputs)
+        assert 0 < err.value.done_bytes < 20_000_000
+        got = st.stage_inputs("j1", inputs)
+        assert got["resumed"] and got["bytes_sent"] < 20_300_000 and got["throughput_Bps"] > 0
+        again = st.stage_inputs("j2", inputs)                  # the shared dataset stays warm
+        assert again["warm_shared"] == ["shared.bin"] and again["bytes_skipped"] == 300_000
+        assert again["bytes_sent"] == 20_000_000
+        # a damaged remote copy of the right size: the check after the copy catches it and removes it
+        # (the protocol then tries again), and the next try sends it whole
+        st.ssh("printf X | dd of=%s/jobs/j2/inputs/a.bin bs=1 seek=5 conv=notrunc 2>/dev/null" % st.remote_root)
+        with pytest.raises(b.TransferInterrupted, match="checksum mismatch after copy of a.bin"):
+            st.stage_inputs("j2", inputs)
+        assert st.stage_inputs("j2", inputs)["bytes_sent"] == 20_000_000
+        remote = st.ssh("sha256sum %s/jobs/j2/inputs/a.bin" % st.remote_root).stdout.split()[0]
+        from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow.rsync_stager import file_sha256
+        assert remote == file_sha256(str(src / "a.bin"))
+    finally:
+        st.ssh("rm -rf %s" % st.remote_root, check=False)
+
+
+@pytest.mark.parametrize("backend", ["slurm", "kubernetes"])
+def test_restricted_class_never_moves(envs, backend):
+    env = envs(backend)
+    for path in ("policy", "operator"):
+        c = drill.control(env, path)
+        assert c["pass"], c
+
+
+SCENARIOS = [(bk, cls, f) for bk in ("slurm", "kubernetes") for cls in drill.MOVABLE
+             for f in drill.FAILURES]
+
+
+@pytest.mark.parametrize("backend,job_class,failure", SCENARIOS,
+                         ids=["%s-%s-%s" % s for s in SCENARIOS])
+def test_failure_drill(envs, backend, job_class, failure):
+    r = drill.run_scenario(envs(backend), job_class, failure)
+    assert r["commit_count"] <= 1
+    assert r["pass"], json.dumps({k: r[k] for k in ("final_state", "local_state", "commit_count", "notes",
+                                                     "explained", "attempts", "target")}, indent=1, default=str)
+    if failure in ("none", "second_commit"):
+        assert r["reference"]["match"]
+    if failure == "second_commit":
+        assert any("repeated" in x for x in r["rejected_commits"])
+    if failure == "operator_returns_job":
+        assert any("stopped and may not commit" in x for x in r["rejected_commits"])
+
+
+def test_checkpoint_resumes_locally_on_the_same_curve(envs):
+    ck = drill.checkpoint_drill(envs("slurm"))
+    assert ck["pass"], ck
+    assert ck["checkpoint_holds"] == ["model", "optimizer", "rng", "scheduler", "step"]
+
+
+def test_operator_playbook_moves_a_slurm_job(overflow_lab, tmp_path):
+    q = SlurmLocalQueue(drill.SLURM_HOST, overflow_lab.path("ssh", "id_ed25519"))
+    tag = "%x" % int(time.time() * 10 % 0xFFFFFF)
+    blocker, job = "pb-blk-" + tag, "pb-small-" + tag
+    try:
+        q.enqueue(blocker, "site-batch", "sleep 300", cpus=4)
+        q.enqueue(job, "small-input", "sleep 5")
+        time.sleep(1.5)
+        env = dict(os.environ, PATH=os.path.join(ROOT, ".venv", "bin") + os.pathsep + os.environ["PATH"],
+                   ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"))
+        extra = {"overflow_jobs": [job], "overflow_records": str(tmp_path), "overflow_wait_s": 120}
+        res = subprocess.run(["ansible-playbook", "playbooks/overflow_move.yml", "-e", json.dumps(extra)],
+                             cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+        assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-2000:]
+        assert "state: finished" in res.stdout and "path: operator" in res.stdout
+        assert q.state(job) == b.Q_WITHDRAWN
+    finally:
+        q.run("scancel -n %s; scancel -n %s" % (blocker, job), check=False)
