@@ -6,7 +6,7 @@ import os
 import sys
 import time
 
-from . import config, host, image, inventory, k8s, nodes, packages
+from . import config, extra, host, image, inventory, k8s, nodes, packages, slurm, storage
 from .util import LabError, log
 
 
@@ -38,6 +38,8 @@ def up(args):
             nodes.wait_booted(n)
     step("nodes", start_all)
     step("inventory", inventory.write)
+    # overflow (issue 6): the Slurm site scheduler and the cloud storage host
+    step("slurm + storage", lambda: (storage.ensure(ref), slurm.ensure(ref)))
     if not args.no_packages:
         step("node packages", lambda: [packages.ensure_node_packages(n, repo_changed) for n in config.NODES])
     if not args.no_k8s:
@@ -73,7 +75,7 @@ def down(args):
         pid = k8s.stop_emulator(cluster)
         if pid:
             log("stopped %s emulator (pid %d)" % (cluster, pid))
-    names = nodes.remove_nodes()
+    names = nodes.remove_nodes() + slurm.remove() + storage.remove()
     if names:
         log("removed containers: " + " ".join(names))
     if nodes.network_exists():
@@ -123,6 +125,10 @@ def status(args):
         ok = ok and running and ssh
         print("  %-14s %-14s %-8s ssh %s" % (n["name"], n["ip"], "running" if running else "stopped",
                                              "ok" if ssh else "FAIL"))
+    for extra_host in (slurm.HOST, storage.HOST):
+        line, up_ok = extra.status_line(extra_host)
+        print(line)
+        ok = ok and up_ok
     print("emulators:")
     for cluster in config.CLUSTERS:
         pid = k8s.running_pid(cluster)

@@ -39,6 +39,12 @@ def render():
         for group, nodes in by_group.items():
             if nodes[0]["role"] == role:
                 lines += ["        %s:" % group] + hosts(nodes, 10)
+    # overflow (issue 6): Slurm controller and the "cloud storage" host (not GPU nodes)
+    from . import slurm, storage
+    for group, h in (("slurm_controller", slurm.HOST), ("cloud_storage", storage.HOST)):
+        lines += ["    %s:" % group, "      hosts:", "        %s:" % h["name"],
+                  "          ansible_host: %s" % h["ip"], "          ansible_user: root",
+                  "          ansible_ssh_private_key_file: %s" % _q(key_path())]
     lines += ["    wave1:", "      hosts:"]
     for n in config.NODES:
         if n["role"] == "owned":
