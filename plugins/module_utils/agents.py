@@ -36,8 +36,11 @@ class AgentError(ValueError):
     """An agent the boundary does not allow, or a malformed declaration."""
 
 
-def _endpoint(text):
-    return str(text).strip()
+def _endpoint(item):
+    """'CIDR:port' text; the boundary's parsed entries carry it as `entry`."""
+    if isinstance(item, dict):
+        item = item.get("entry", "")
+    return str(item).strip()
 
 
 def check(agents, allowed):

@@ -51,11 +51,12 @@ def host_rules(table, boundary, node, ssh_port=22, extra_inbound=None, enforce_e
     if not mgmt:
         raise RulesError("node %s: the path table %s has no allowed management SSH path (tcp/%d) into it; "
                          "a host firewall would cut the management path" % (node, table.filename, ssh_port))
-    names = set(r["name"] for r in inbound)
-    for i, rule in enumerate(extra_inbound or []):
+    names = set(p["id"] for p in paths_into(table, node))
+    for rule in extra_inbound or []:
         if rule.get("name") in names:
-            raise RulesError("node %s: extra inbound rule %r clashes with path %r" % (node, rule.get("name"),
-                                                                                    rule.get("name")))
+            raise RulesError("node %s: extra inbound rule %r clashes with a path or rule of the same name"
+                             % (node, rule.get("name")))
+        names.add(rule.get("name"))
         inbound.append(dict(rule))
     allow = []
     if boundary is not None:

@@ -181,3 +181,44 @@ def test_bad_input_stops_before_any_change(onboarded, tmp_path, case):
     # no rollback timer left behind either
     assert podman_exec(ONE, "systemctl", "is-active", "hybridgpu-nft-rollback-hybridgpu.timer").stdout.strip() \
         != "active"
+
+
+CLOUD = "cloud-h200-2"
+SSH_PROBE = ("import socket,sys\n"
+             "try:\n"
+             "    socket.create_connection((sys.argv[1], 22), timeout=3).close(); print('open')\n"
+             "except OSError as e:\n"
+             "    print('blocked')\n")
+
+
+@pytest.fixture
+def cloud_firewall_restored(lab):
+    yield
+    res = playbook("--tags", "cloud_firewall", "--limit", CLOUD, "-e", "cloud_firewall_state=absent")
+    assert res.returncode == 0, res.stdout[-3000:]
+    path = os.path.join(RECORDS, CLOUD + ".json")
+    if os.path.exists(path):
+        os.unlink(path)
+    assert "hybridgpu_provider" not in podman_exec(CLOUD, "nft", "list", "tables").stdout
+
+
+def test_cloud_firewall_flags_all_open_then_narrows(cloud_firewall_restored):
+    assert podman_exec("cloud-h200-1", "python3", "-c", SSH_PROBE, "10.213.77.22").stdout.strip() == "open"
+    first = playbook("--tags", "cloud_firewall", "--limit", CLOUD)
+    assert first.returncode == 0, first.stdout[-4000:]
+    assert "FLAG: %s is reachable from the site and still behind an" % CLOUD in first.stdout
+    second = playbook("--tags", "cloud_firewall", "--limit", CLOUD)
+    assert second.returncode == 0 and recap(second.stdout)[CLOUD]["changed"] == 0
+    assert "FLAG:" not in second.stdout
+    listing = podman_exec(CLOUD, "nft", "list", "table", "inet", "hybridgpu_provider").stdout
+    assert 'ip saddr 10.213.77.1 tcp dport 9400 accept comment "scrape-gpu-exporter"' in listing
+    # only listed sources get in: the control host still reaches SSH, a sibling does not
+    assert ssh(CLOUD, "true").returncode == 0
+    assert podman_exec("cloud-h200-1", "python3", "-c", SSH_PROBE, "10.213.77.22").stdout.strip() == "blocked"
+    # the node agent's outbound path is untouched: the Node stays Ready
+    from ansible_collections.hybridgpu.fleet.plugins.module_utils.k8s import Kube, node_ready
+    cloud = Kube({"kubeconfig": os.path.join(ROOT, ".lab", "k8s", "kubeconfig"), "context": "cloud"})
+    assert node_ready(cloud.get_node(CLOUD)) == "True"
+    arts = manifest(CLOUD)["sections"]["cloud_firewall"]
+    assert arts["facts"]["all_open_found"] is True
+    assert {a["name"] for a in arts["artefacts"]} == {"scrape-gpu-exporter", "scrape-node-exporter"}

@@ -1,0 +1,116 @@
+"""Host and provider firewall rules from the lab's path table and boundary; the lab
+provider firewall driven through a fake nft runner; the all-open flag."""
+import os
+
+import pytest
+
+from ansible_collections.hybridgpu.fleet.plugins.module_utils import boundary as bd
+from ansible_collections.hybridgpu.fleet.plugins.module_utils import firewall_rules as fr
+from ansible_collections.hybridgpu.fleet.plugins.module_utils import path_table as pt
+from ansible_collections.hybridgpu.fleet.plugins.module_utils import provider_firewall as pf
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+PRE = os.path.join(ROOT, "inventories", "lab", "preflight")
+
+
+@pytest.fixture(scope="module")
+def table():
+    return pt.load_path_table(os.path.join(PRE, "paths.yml"))
+
+
+@pytest.fixture(scope="module")
+def boundary():
+    return bd.load_boundary(os.path.join(PRE, "boundary.yml"))
+
+
+def test_owned_node_gets_ssh_from_the_narrowest_source_and_the_boundary_egress(table, boundary):
+    extra = [{"name": "scrape", "proto": "tcp", "ports": [9400], "sources": ["10.213.77.1/32"]}]
+    res = fr.host_rules(table, boundary, "owned-a100-1", extra_inbound=extra)
+    assert res["management_sources"] == ["10.213.77.1/32"]
+    assert res["inbound"] == extra  # the path table has no other inbound path into owned nodes
+    assert res["egress"]["enforce"] is True
+    assert {(a["dest"], tuple(a["ports"])) for a in res["egress"]["allow"]} == {
+        ("10.213.77.1/32", ("6443",)), ("10.213.77.1/32", ("7443",)), ("10.213.77.0/24", ("22",))}
+
+
+def test_no_management_path_means_no_firewall(table, boundary):
+    with pytest.raises(fr.RulesError, match="would cut the management path"):
+        fr.host_rules(table, boundary, "cloud-h200-1")
+
+
+def test_extra_rule_may_not_shadow_a_path(table, boundary):
+    with pytest.raises(fr.RulesError, match="clashes"):
+        fr.host_rules(table, boundary, "owned-a100-1", extra_inbound=[{"name": "mgmt-ssh"}])
+    with pytest.raises(fr.RulesError, match="clashes"):
+        fr.host_rules(table, boundary, "owned-a100-1", extra_inbound=[{"name": "scrape"}, {"name": "scrape"}])
+
+
+def test_provider_rules_use_the_site_arrival_address(table):
+    doc = dict(table.doc)
+    doc["paths"] = list(table.paths) + [{
+        "id": "site-to-cloud-ssh", "source": {"group": "owned"}, "destination": {"group": "cloud"},
+        "direction": "outbound_from_site", "protocol": "tcp", "ports": [[22, 22]], "purpose": "x",
+        "management": False, "expected": "allow", "narrowest_source": "10.213.77.8/29"}]
+    t2 = pt.PathTable(doc, "paths.yml")
+    rules = fr.provider_rules(t2, "cloud-h200-1", arrival=["198.51.100.7/32"])
+    assert rules == [{"name": "site-to-cloud-ssh", "protocol": "tcp", "ports": ["22"],
+                      "sources": ["198.51.100.7/32"]}]
+    # without a declared arrival address the narrowest source stays
+    assert fr.provider_rules(t2, "cloud-h200-1")[0]["sources"] == ["10.213.77.8/29"]
+
+
+class FakeNft:
+    """Keeps one table's text; answers list/-c/-f/delete like nft."""
+
+    def __init__(self):
+        self.table = None
+        self.calls = []
+
+    def __call__(self, args, data=None):
+        self.calls.append(args[1:3])
+        if args[1:3] == ["list", "table"]:
+            return (0, self.table, "") if self.table else (1, "", "No such file or directory")
+        if args[1:3] == ["-c", "-f"]:
+            return 0, "", ""
+        if args[1:3] == ["-f", "-"]:
+            body = data.split("delete table inet hybridgpu_provider\n", 1)[1]
+            self.table = body.split("\n", 1)[1] if body.startswith("#") else body
+            return 0, "", ""
+        if args[1:3] == ["delete", "table"]:
+            self.table = None
+            return 0, "", ""
+        raise AssertionError(args)
+
+
+RULES = [{"name": "scrape", "protocol": "tcp", "ports": ["9400"], "sources": ["10.213.77.1/32"]}]
+
+
+def test_lab_provider_apply_list_delete(tmp_path):
+    nft = FakeNft()
+    fw = pf.LabNftProvider(nft, ["10.213.77.1/32"], state_dir=str(tmp_path))
+    assert fw.list() is None and pf.all_open(fw.list())
+    assert fw.apply(RULES, check_mode=True) is True and nft.table is None
+    assert fw.apply(RULES) is True
+    assert 'ip saddr 10.213.77.1/32 tcp dport 9400 accept comment "scrape"' in nft.table
+    assert fw.list() == pf.normalize_rules(RULES) and not pf.all_open(fw.list())
+    assert fw.apply(RULES) is False  # idempotent
+    nft.table += "# changed by hand\n"
+    assert fw.list()[0]["name"] == "unmanaged" and fw.apply(RULES) is True  # drift is repaired
+    assert fw.delete() is True and nft.table is None and fw.delete() is False
+
+
+@pytest.mark.parametrize("rule, needle", [
+    (dict(RULES[0], sources=["0.0.0.0/0"]), "all open"),
+    (dict(RULES[0], ports=[]), "'all ports' is not allowed"),
+    (dict(RULES[0], protocol="sctp"), "protocol"),
+    (dict(RULES[0], sources=["nope"]), "not a CIDR"),
+])
+def test_bad_provider_rules(rule, needle):
+    with pytest.raises(pf.ProviderError, match=needle):
+        pf.normalize_rules([rule])
+
+
+def test_all_open_detection():
+    assert pf.all_open(None)
+    assert pf.all_open([{"sources": ["::/0"]}])
+    assert not pf.all_open([])
