@@ -1,18 +1,2 @@
 """Shared pytest setup: make `ansible_collections.hybridgpu.fleet` importable from the checkout."""
-import os
-import sys
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-COLLECTIONS = os.path.join(ROOT, ".collections")
-_link = os.path.join(COLLECTIONS, "ansible_collections", "hybridgpu", "fleet")
-if not os.path.exists(_link):
-    os.makedirs(os.path.dirname(_link), exist_ok=True)
-    os.symlink(os.path.join("..", "..", ".."), _link)
-if COLLECTIONS not in sys.path:
-    sys.path.insert(0, COLLECTIONS)
-
-# Real tool outputs from public sources, laid beside the checkout as ../shared.
-REAL_OUTPUTS = os.environ.get(
-    "HGPU_REAL_OUTPUTS",
-    os.path.join(os.path.dirname(ROOT), "shared", "testdata", "real-outputs"),
-)
+from hgpu_testenv import COLLECTIONS, REAL_OUTPUTS, ROOT  # noqa: F401

@@ -10,7 +10,7 @@ import pytest
 
 from ansible_collections.hybridgpu.fleet.plugins.modules import gpu_facts
 
-from conftest import REAL_OUTPUTS, ROOT
+from hgpu_testenv import REAL_OUTPUTS, ROOT
 
 Uname = collections.namedtuple("Uname", "sysname nodename release version machine")
 UNAME = Uname("Linux", "owned-a100-1", "6.1.0-28-amd64", "#1 SMP PREEMPT_DYNAMIC Debian 6.1.119-1", "x86_64")

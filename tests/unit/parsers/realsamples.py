@@ -15,7 +15,7 @@ import os
 
 import yaml
 
-from conftest import REAL_OUTPUTS
+from hgpu_testenv import REAL_OUTPUTS
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 

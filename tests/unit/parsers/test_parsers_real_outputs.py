@@ -78,7 +78,7 @@ def test_real_sample(tool, name):
 
 def test_every_tool_directory_has_a_parser():
     import os
-    from conftest import REAL_OUTPUTS
+    from hgpu_testenv import REAL_OUTPUTS
     nvidia = {"nvidia-smi-csv", "nvidia-smi-table", "nvidia-smi-xml"}  # test_parsers_nvidia_smi.py
     present = {d for d in os.listdir(REAL_OUTPUTS) if os.path.isdir(os.path.join(REAL_OUTPUTS, d))}
     assert present - set(PARSERS) - nvidia == set(), "sample directories without a parser test"

@@ -11,7 +11,7 @@ import yaml
 
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.schema import SchemaError
 
-from conftest import REPO
+from hgpu_testenv import REPO
 from lab_facts import lab
 
 MODULES = ["compat_matrix", "cidr_overlap", "access_boundary", "path_table", "preflight_record"]
