@@ -18,7 +18,7 @@ import pytest
 
 from conftest import ROOT, config, podman_exec, ssh
 
-from lablib import k8s as labk8s  # noqa: E402
+from lablib import k8s as labk8s  # noqa: E402,I100
 
 pytestmark = pytest.mark.lab
 
@@ -251,3 +251,121 @@ def test_node_that_never_rejoins_fails(joined, records):
             "systemctl start hybridgpu-node-agent.service", check=False)
         assert wait_ready(FAULT_NODE, 60)
     assert "hgpu_validate_cut" not in nft_tables(FAULT_NODE)
+
+
+# -- telemetry and alerts ------------------------------------------------------------------
+
+EXPORTER = os.path.join(ROOT, "roles", "node_agents", "files", "hybridgpu-gpu-exporter.py")
+TELEMETRY_NODES = [FAULT_NODE, "cloud-h200-1"]
+
+
+def _exporter_up(name):
+    node = next(n for n in config.NODES if n["name"] == name)
+    return podman_exec(name, "python3", "-c", "import urllib.request;urllib.request.urlopen("
+                       "'http://%s:9400/metrics', timeout=2)" % node["ip"]).returncode == 0
+
+
+@pytest.fixture(scope="module")
+def prometheus(lab):
+    """The lab's Prometheus (tests/lab/telemetry/prom.py) and a GPU exporter on every node the
+    test reads: nodes without one (cloud nodes are not onboarded by us) get the onboarding's
+    exporter stand-in as a transient unit, stopped afterwards."""
+    from telemetry import prom
+    started = prom.start()
+    mine = []
+    try:
+        for name in TELEMETRY_NODES:
+            if _exporter_up(name):
+                continue
+            res = subprocess.run(["podman", "cp", EXPORTER, "%s:/usr/local/lib/hgpu-test-exporter.py" % name],
+                                 capture_output=True, text=True)
+            assert res.returncode == 0, res.stderr
+            ssh(name, "systemd-run --unit=hgpu-test-gpu-exporter /usr/bin/python3 "
+                "/usr/local/lib/hgpu-test-exporter.py --port 9400")
+            mine.append(name)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            res = prom.query("/api/v1/query?query=up%7Bjob%3D%22gpu%22%7D")
+            up = {r["metric"]["Hostname"] for r in res["data"]["result"] if r["value"][1] == "1"}
+            if set(TELEMETRY_NODES) <= up:
+                break
+            time.sleep(1)
+        yield prom.URL
+    finally:
+        for name in mine:
+            ssh(name, "systemctl stop hgpu-test-gpu-exporter.service; "
+                "rm -f /usr/local/lib/hgpu-test-exporter.py", check=False)
+        if started:
+            prom.stop()
+
+
+def telemetry_run(records, url, **extra):
+    ev = {"validate_steps": ["telemetry"], "validate_prometheus_url": url,
+          "validate_fault_node": FAULT_NODE, "validate_cloud_node": "cloud-h200-1",
+          "validate_alert_timeout": 30}
+    ev.update(extra)
+    return playbook(records, limit=FAULT_NODE, extra_vars=ev)
+
+
+def test_telemetry_both_sides_and_xid_alert_fires(joined, records, prometheus):
+    res = telemetry_run(records, prometheus)
+    assert res.returncode == 0, res.stdout[-6000:]
+    tel = step(record(records, FAULT_NODE), "telemetry")
+    assert tel["passed"], tel["reasons"]
+    assert {FAULT_NODE, "cloud-h200-1"} <= set(tel["gpu_metric_nodes"])
+    assert FAULT_NODE in tel["existing_monitoring_nodes"]
+    assert tel["fired"][0]["labels"]["alertname"] == "GPUXidError"
+    spec_path = config.path("nodes", FAULT_NODE, "gpu-spec.json")
+    with open(spec_path) as fh:
+        assert json.load(fh)["faults"]["xid"] == []  # fault restored
+    assert os.stat(spec_path).st_mode & 0o777 == 0o644  # still readable by the exporter
+
+
+def test_missing_alert_fails(joined, records, prometheus):
+    # An alert the rules do not define never fires: the step must say so.
+    res = telemetry_run(records, prometheus, validate_prometheus_alert="GPUXidNotDefined",
+                        validate_alert_timeout=6)
+    assert res.returncode != 0
+    tel = step(record(records, FAULT_NODE), "telemetry")
+    assert tel["reasons"] == ["alert GPUXidNotDefined did not fire for %s" % FAULT_NODE]
+
+
+# -- baseline and wave record ------------------------------------------------------------------
+
+def test_baseline_run_writes_group_files(joined, records):
+    res = playbook(records, tags="baseline", extra_vars={"validate_baseline_runs": 2})
+    assert res.returncode == 0, res.stdout[-6000:]
+    for name in ("ng_a100_535", "ng_a100_535-multinode"):
+        with open(os.path.join(records, "baselines", name + ".json")) as fh:
+            base = json.load(fh)
+        assert base["node_group"] == name and len(base["measured"]) == 4  # 2 runs x 2 nodes
+        assert 0 < base["low"] < min(base["measured"]) <= max(base["measured"]) < base["high"]
+    # validation then reads the files (no declared baselines)
+    res = playbook(records, extra_vars={"validate_steps": ["collectives"], "validate_nccl_baselines": {}})
+    assert res.returncode == 0, res.stdout[-6000:]
+    coll = step(record(records, OWNED[0]), "collectives")
+    assert coll["passed"] and coll["runs"][0]["baseline"]["node_group"] == "ng_a100_535"
+
+
+def test_wave_record_links_node_records(joined, records):
+    res = playbook(records, extra_vars={"validate_steps": ["inventory"], "validate_wave": "wave1"})
+    assert res.returncode == 0, res.stdout[-6000:]
+    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"),
+               PATH=os.path.join(ROOT, ".venv", "bin") + os.pathsep + os.environ["PATH"])
+    cmd = [os.path.join(ROOT, ".venv", "bin", "ansible-playbook"), "playbooks/wave_record.yml",
+           "-e", json.dumps({"wave": "wave1", "hgpu_lab_records_dir": records})]
+    res = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    folder = os.path.join(records, "validation", "wave1")
+    with open(os.path.join(folder, "wave.json")) as fh:
+        wave = json.load(fh)
+    # owned-l40s-1 is in wave1 but was not validated here, and no preflight ran: the wave fails
+    # and says why, while the validated nodes are linked with their verdicts
+    assert res.returncode != 0
+    nodes = {n["node"]: n for n in wave["nodes"]}
+    assert set(OWNED) <= set(nodes) and all(nodes[n]["passed"] for n in OWNED)
+    assert "owned-l40s-1" in wave["stages"]["validate"]["detail"]
+    assert wave["stages"]["preflight"]["status"] == "failed"
+    with open(os.path.join(folder, "wave.html")) as fh:
+        page = fh.read()
+    for node in OWNED:
+        assert '<a href="validate-%s.json">' % node in page

@@ -47,7 +47,7 @@ def render_config(nodes=None):
                 for n in nodes if n["role"] in roles]
     return {
         "global": {"scrape_interval": INTERVAL, "evaluation_interval": INTERVAL,
-                   "scrape_timeout": "1s"},
+                   "scrape_timeout": INTERVAL},
         "rule_files": [os.path.join(state_dir(), "alerts.yml")],
         "scrape_configs": [
             {"job_name": "gpu", "static_configs": targets(GPU_PORT, ("owned", "cloud"))},
