@@ -67,8 +67,8 @@ def main():
             t = time.monotonic()
             for path in files:
                 # --validate=false: the emulator serves no OpenAPI document for client-side validation
-            subprocess.run([KUBECTL, "--context", "cloud", "create", "--validate=false", "-f", path], env=env, check=True,
-                               capture_output=True)
+                subprocess.run([KUBECTL, "--context", "cloud", "create", "--validate=false", "-f", path], env=env,
+                               check=True, capture_output=True)
             kc_s = time.monotonic() - t
     finally:
         kube.call("delete namespace", kube.core.delete_namespace, ns_ovf)
