@@ -49,7 +49,7 @@ options:
     type: list
     elements: str
   env:
-    description: Environment, either a dict C({NAME: value}) or a list of C({name, value}).
+    description: "Environment, either a dict C({NAME: value}) or a list of C({name, value})."
     type: raw
   node_name:
     description: Required node affinity on C(kubernetes.io/hostname).
