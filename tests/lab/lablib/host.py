@@ -6,7 +6,10 @@ import tomllib
 
 from .util import log, run, write_if_changed
 
-APT_PACKAGES = ["podman", "runc", "debootstrap", "nftables", "dpkg-dev", "openssh-client", "rsync"]
+# prometheus: the lab's telemetry; iputils-ping and faketime: preflight probes from the control
+# host and the clock-offset drill.
+APT_PACKAGES = ["podman", "runc", "debootstrap", "nftables", "dpkg-dev", "openssh-client", "rsync",
+                "iputils-ping", "faketime", "prometheus"]
 
 # The crun rlimit / hybrid-cgroup fix measured in docs (lab-notes.md).
 PODMAN_SETTINGS = {
