@@ -148,11 +148,31 @@ class PathTable:
         return probes
 
     def _unlisted_source(self, path, dest):
+        """A listed host outside the path's narrowest source that no other allowed path lets
+        reach `dest` on this port (else the "refused" probe would be refused for nothing)."""
         net = netaddr.IPNetwork(path["narrowest_source"])
+        port = path["ports"][0][0] if path["ports"] else None
         for host in sorted(self.doc["hosts"]):
-            if host != dest and netaddr.IPAddress(self.doc["hosts"][host]) not in net:
-                return host
+            if host == dest or netaddr.IPAddress(self.doc["hosts"][host]) in net:
+                continue
+            if self.allowed(host, dest, path["protocol"], port):
+                continue
+            return host
         return None
+
+    def allowed(self, source, dest, protocol, port):
+        """True when some allowed path lets host `source` reach host `dest` on protocol/port."""
+        addr = netaddr.IPAddress(self.doc["hosts"][source])
+        for other in self.paths:
+            if other["expected"] != "allow" or other["protocol"] != protocol:
+                continue
+            if port is not None and not any(lo <= port <= hi for lo, hi in other["ports"]):
+                continue
+            if dest not in self.members(other["destination"]):
+                continue
+            if addr in netaddr.IPNetwork(other["narrowest_source"]):
+                return True
+        return False
 
 
 def _neighbour_port(ranges):

@@ -51,8 +51,8 @@ EXAMPLES = r"""
 - name: Probe the paths that start on this node
   hybridgpu.fleet.net_probe:
     probes:
-      - {id: "owned-agent-to-api:allow:control", protocol: tcp, address: 10.213.77.1, port: 7443}
-      - {id: "owned-agent-to-api:neighbour_port:control", protocol: tcp, address: 10.213.77.1, port: 7444}
+      - {id: "owned-agent-to-api:allow:control", protocol: tcp, address: 10.213.77.1, port: 6443}
+      - {id: "owned-agent-to-api:neighbour_port:control", protocol: tcp, address: 10.213.77.1, port: 6444}
       - {id: "mgmt-ping", protocol: icmp, address: 10.213.77.1}
   register: probed
 """

@@ -28,7 +28,9 @@ def test_lab_table_probes(lab_file):
     assert (outsider["source"], outsider["port"], outsider["expected"]) == ("cloud-h200-1", 22, "deny")
     # Owned agents: the outsider is the first listed host outside 10.213.77.8/29.
     assert probes["owned-agent-to-api:unlisted_source:control"]["source"] == "cloud-h200-1"
-    assert probes["owned-agent-to-api:neighbour_port:control"]["port"] == 7444
+    assert probes["owned-agent-to-api:neighbour_port:control"]["port"] == 6444
+    # cloud-h200-1 may reach 7443 (cloud-agent-to-api), so it is no outsider for that port.
+    assert probes["cloud-agent-to-api:unlisted_source:control"]["source"] == "owned-a100-1"
     # Deny paths get no derived probes; icmp gets no neighbouring port.
     assert "inbound-ssh-from-cloud:deny:owned-l40s-1" in probes
     assert not any(i.startswith("inbound-ssh-from-cloud:neighbour") for i in probes)
