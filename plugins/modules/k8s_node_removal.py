@@ -1,0 +1,149 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: hybridgpu.fleet contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: k8s_node_removal
+short_description: The API side of a node removal - delete the Node, revoke its token, prove the token is refused
+version_added: 0.3.0
+description:
+  - V(node_deleted) deletes the Node, refusing one that is not cordoned (a drain that did
+    not complete leaves it schedulable, kubespray #7137).
+  - V(secret_revoked) keeps the node token (0600, O(token_file)) for the refusal check and
+    deletes the token Secret, which revokes the token.
+  - V(token_refused) tries the kept token against O(server) and succeeds only on 401.
+  - V(placement_removed) removes the given labels and taints when the Node still exists.
+extends_documentation_fragment:
+  - hybridgpu.fleet.k8s_auth
+options:
+  state:
+    description: What to make true.
+    type: str
+    required: true
+    choices: [node_deleted, secret_revoked, token_refused, placement_removed]
+  name:
+    description: Node name (or Secret name with V(secret_revoked)).
+    type: str
+    required: true
+  namespace:
+    description: Namespace of the Secret.
+    type: str
+    default: kube-system
+  token_file:
+    description: Where the revoked token is kept (V(secret_revoked)) and read from (V(token_refused)).
+    type: path
+  server:
+    description: API server URL the node used (V(token_refused)).
+    type: str
+  server_ca:
+    description: CA bundle of that server (V(token_refused)).
+    type: path
+  labels:
+    description: Label keys to remove (V(placement_removed)).
+    type: list
+    elements: str
+    default: []
+  taints:
+    description: Taints (C(key), C(effect)) to remove (V(placement_removed)).
+    type: list
+    elements: dict
+    default: []
+attributes:
+  check_mode:
+    support: full
+    description: Reports what would be deleted; V(token_refused) runs for real (read-only).
+  diff_mode:
+    support: none
+author:
+  - hybridgpu.fleet maintainers
+"""
+
+EXAMPLES = r"""
+- name: Delete the Node (only when cordoned)
+  hybridgpu.fleet.k8s_node_removal:
+    context: onprem
+    state: node_deleted
+    name: owned-l40s-1
+  delegate_to: localhost
+
+- name: The revoked node token gets 401
+  hybridgpu.fleet.k8s_node_removal:
+    state: token_refused
+    name: owned-l40s-1
+    token_file: records/removals/owned-l40s-1/CHG-77.revoked-token
+    server: https://10.213.77.1:6443
+    server_ca: /etc/hybridgpu/ca.crt
+  delegate_to: localhost
+"""
+
+RETURN = r"""
+detail:
+  description: What happened (for V(token_refused), the API's answer).
+  returned: always
+  type: str
+"""
+
+from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+
+from ansible_collections.hybridgpu.fleet.plugins.module_utils import removal as rm
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.k8s import (
+    HAS_K8S,
+    K8S_AUTH_ARG_SPEC,
+    K8sError,
+    Kube,
+)
+
+
+def main():
+    spec = dict(K8S_AUTH_ARG_SPEC)
+    spec.update(
+        state=dict(type="str", required=True,
+                   choices=["node_deleted", "secret_revoked", "token_refused", "placement_removed"]),
+        name=dict(type="str", required=True),
+        namespace=dict(type="str", default="kube-system"),
+        token_file=dict(type="path"),
+        server=dict(type="str"),
+        server_ca=dict(type="path"),
+        labels=dict(type="list", elements="str", default=[]),
+        taints=dict(type="list", elements="dict", default=[]),
+    )
+    module = AnsibleModule(
+        argument_spec=spec,
+        required_if=[("state", "secret_revoked", ("token_file",)),
+                     ("state", "token_refused", ("token_file", "server"))],
+        supports_check_mode=True,
+    )
+    if not HAS_K8S:
+        module.fail_json(msg=missing_required_lib("kubernetes"))
+    p = module.params
+    check = module.check_mode
+    try:
+        if p["state"] == "token_refused":
+            def factory(token):
+                return Kube({"host": p["server"], "api_key": token, "ca_cert": p["server_ca"],
+                             "request_timeout": 10.0}, retries=0)
+            refused, detail = rm.token_refused(factory, p["token_file"], p["name"])
+            if not refused:
+                module.fail_json(msg="the revoked token of %s is NOT refused by %s: %s"
+                                 % (p["name"], p["server"], detail), detail=detail)
+            module.exit_json(changed=False, detail=detail)
+        kube = Kube(p)
+        if p["state"] == "node_deleted":
+            changed = rm.delete_node(kube, p["name"], check)
+            detail = "Node deleted" if changed else "Node already absent"
+        elif p["state"] == "secret_revoked":
+            changed = rm.revoke_secret(kube, p["namespace"], p["name"], p["token_file"], check)
+            detail = "Secret deleted" if changed else "Secret already absent"
+        else:
+            changed = rm.strip_placement(kube, p["name"], p["labels"], p["taints"], check)
+            detail = "labels/taints removed" if changed else "nothing to remove (or the Node is gone)"
+    except (K8sError, rm.RemovalError, OSError) as err:
+        module.fail_json(msg="%s %s (context %s): %s" % (p["state"], p["name"], p["context"], err))
+    module.exit_json(changed=changed, detail=detail)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,173 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: hybridgpu.fleet contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: node_removal_state
+short_description: Per-node removal state, so an interrupted removal reports its progress and resumes
+version_added: 0.3.0
+description:
+  - Keeps C(<root>/<node>/<change_id>.json) on the control host. V(start) snapshots the
+    node's onboarding manifest into it and returns the removal plan computed from that
+    snapshot, so reruns work from the same list even after the manifest moved.
+  - V(done) marks one phase finished; V(report) returns which phases are done and pending;
+    V(finish) moves the control-host manifest next to the state (a later onboarding
+    starts a fresh one).
+  - A removal of the same node under another change that has not finished stops V(start),
+    naming that change and its progress.
+options:
+  root:
+    description: Folder of the removal states, for example C(records/removals).
+    type: path
+    required: true
+  node:
+    description: Node being removed.
+    type: str
+    required: true
+  change_id:
+    description: Change ID of the approved change record.
+    type: str
+    required: true
+  action:
+    description: What to do.
+    type: str
+    choices: [start, done, report, finish]
+    default: report
+  manifest_path:
+    description: The node's onboarding manifest on the control host (needed by V(start) and V(finish)).
+    type: path
+  step:
+    description: Phase finished (with V(done)).
+    type: str
+    choices: [approval, drain, node_delete, credentials, agents, firewall, placement, restore, verify]
+  details:
+    description: Facts of the finished phase.
+    type: dict
+    default: {}
+  approval:
+    description: The approval returned by M(hybridgpu.fleet.change_approval) (kept with V(start)).
+    type: dict
+    default: {}
+  fail_unfinished:
+    description: With V(report), fail (with the report as message) when the removal is not finished.
+    type: bool
+    default: false
+attributes:
+  check_mode:
+    support: full
+    description: Computes and reports without writing the state file.
+  diff_mode:
+    support: none
+author:
+  - hybridgpu.fleet maintainers
+"""
+
+EXAMPLES = r"""
+- name: Start or resume the removal
+  hybridgpu.fleet.node_removal_state:
+    root: "{{ hgpu_lab_records_dir }}/removals"
+    node: owned-l40s-1
+    change_id: CHG-77
+    action: start
+    manifest_path: "{{ hgpu_lab_records_dir }}/manifests/owned-l40s-1.json"
+  delegate_to: localhost
+  register: removal
+
+- name: Mark the drain done
+  hybridgpu.fleet.node_removal_state:
+    root: "{{ hgpu_lab_records_dir }}/removals"
+    node: owned-l40s-1
+    change_id: CHG-77
+    action: done
+    step: drain
+  delegate_to: localhost
+"""
+
+RETURN = r"""
+plan:
+  description: What each phase removes and restores (from the manifest snapshot).
+  returned: with start
+  type: dict
+report:
+  description: Phases done and pending, start and finish times, the state file.
+  returned: always
+  type: dict
+summary:
+  description: The report as one line.
+  returned: always
+  type: str
+token_file:
+  description: Where the revoked node token is kept (0600) for the refusal check.
+  returned: always
+  type: str
+"""
+
+import os
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.hybridgpu.fleet.plugins.module_utils import manifest as mf
+from ansible_collections.hybridgpu.fleet.plugins.module_utils import removal as rm
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            root=dict(type="path", required=True),
+            node=dict(type="str", required=True),
+            change_id=dict(type="str", required=True),
+            action=dict(type="str", default="report", choices=["start", "done", "report", "finish"]),
+            manifest_path=dict(type="path"),
+            step=dict(type="str", choices=list(rm.STEPS)),
+            details=dict(type="dict", default={}),
+            approval=dict(type="dict", default={}),
+            fail_unfinished=dict(type="bool", default=False),
+        ),
+        required_if=[("action", "start", ("manifest_path",)), ("action", "done", ("step",)),
+                     ("action", "finish", ("manifest_path",))],
+        supports_check_mode=True,
+    )
+    p = module.params
+    changed = False
+    result = {}
+    try:
+        st = rm.RemovalState(p["root"], p["node"], p["change_id"])
+        if p["action"] == "start":
+            others = st.others_unfinished()
+            if others:
+                module.fail_json(msg="%s: a removal under %s is unfinished (done: %s); finish it with "
+                                 "that change record first" % (p["node"], others[0]["change_id"],
+                                                               ", ".join(others[0]["done"]) or "none"))
+            changed = st.start(mf.load(p["manifest_path"]), p["approval"], module.check_mode)
+            if st.doc is None:  # check mode on a new removal
+                st.doc = {"manifest": mf.load(p["manifest_path"]), "steps": {}, "change_id": p["change_id"]}
+            result["plan"] = rm.plan(st.doc["manifest"])
+        elif p["action"] == "done":
+            changed = st.mark(p["step"], p["details"], module.check_mode)
+        elif p["action"] == "finish":
+            doc = st.load()
+            if doc is None or not doc.get("finished_at"):
+                module.fail_json(msg="%s: removal %s is not verified yet; the manifest stays at %s"
+                                 % (p["node"], p["change_id"], p["manifest_path"]))
+            current = mf.load(p["manifest_path"])
+            snap = doc["manifest"]
+            # only the manifest this removal worked from; a later onboarding's stays
+            if current is not None and (current.get("pre_onboarding") or {}).get("recorded_at") == \
+                    (snap.get("pre_onboarding") or {}).get("recorded_at"):
+                changed = True
+                if not module.check_mode:
+                    os.replace(p["manifest_path"], os.path.join(st.folder, p["change_id"] + ".manifest.json"))
+        report = st.report()
+    except (rm.RemovalError, mf.ManifestError, OSError) as err:
+        module.fail_json(msg="removal state for %s (change %s): %s" % (p["node"], p["change_id"], err))
+    result.update(report=report, summary=rm.summary(report), token_file=st.token_file)
+    if p["action"] == "report" and p["fail_unfinished"] and not report["finished"]:
+        module.fail_json(msg="removal not finished; " + result["summary"], **result)
+    module.exit_json(changed=changed, **result)
+
+
+if __name__ == "__main__":
+    main()
