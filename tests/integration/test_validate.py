@@ -369,3 +369,23 @@ def test_wave_record_links_node_records(joined, records):
         page = fh.read()
     for node in OWNED:
         assert '<a href="validate-%s.json">' % node in page
+
+
+def test_inventory_reads_the_matrix_from_the_preflight_record(joined, records):
+    # No declared matrix: the expected values come from the wave's preflight record (the
+    # shape preflight.yml writes: details.matrix.rows[].{nodes, values}).
+    folder = os.path.join(records, "t")
+    os.makedirs(folder)
+    rows = [{"id": "a100-535", "side": "owned", "nodes": list(OWNED),
+             "values": dict(MATRIX["a100-535"], gpu_count=4)},  # the matrix says 4: mismatch
+            {"id": "cloud-h200-570", "side": "cloud", "nodes": None, "values": {}}]
+    with open(os.path.join(folder, "preflight.json"), "w") as fh:
+        json.dump({"details": {"matrix": {"rows": rows}}}, fh)
+    res = playbook(records, limit=OWNED[0], extra_vars={"validate_steps": ["inventory"],
+                                                        "validate_matrix": {}})
+    assert res.returncode != 0
+    inv = step(record(records, OWNED[0]), "inventory")
+    assert inv["expected"]["gpu_count"] == 4
+    assert {"field": "gpu_count", "source": "ssh", "expected": 4, "observed": 8} in inv["differences"]
+    assert {"field": "label nvidia.com/gpu.count", "source": "api", "expected": "4",
+            "observed": "8"} in inv["differences"]
