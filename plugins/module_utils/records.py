@@ -85,23 +85,36 @@ def _fsync_write(path, text):
         os.fsync(handle.fileno())
 
 
+# Per-probe fields that are measurements of the moment (timings, RTTs, ephemeral source
+# ports in the evidence text): a rerun that only measured again is not a change.
+MEASURED = ("elapsed_ms", "evidence")
+
+
+def _comparable(record):
+    """The record without its run block and without per-probe measurements."""
+    out = dict(record)
+    out.pop("run", None)
+    details = dict(out.get("details") or {})
+    details["probes"] = [{k: v for k, v in p.items() if k not in MEASURED} if isinstance(p, dict) else p
+                         for p in details.get("probes") or []]
+    out["details"] = details
+    return out
+
+
 def _same_content(folder, record):
     try:
         with open(os.path.join(folder, JSON_NAME), encoding="utf-8") as handle:
             old = json.load(handle)
     except (IOError, OSError, ValueError):
         return False
-    old.pop("run", None)
-    new = dict(record)
-    new.pop("run", None)
-    return canonical(old) == canonical(new)
+    return canonical(_comparable(old)) == canonical(_comparable(record))
 
 
 def write_records(base_dir, record, force=False, check_mode=False):
     """Write ``base_dir/<wave>/`` atomically. Returns {'changed', 'path', 'files'}.
 
-    Nothing is rewritten when everything but the ``run`` block is unchanged (unless
-    ``force``). With check_mode nothing is written at all.
+    Nothing is rewritten when everything but the ``run`` block and the probes' measurements
+    (``MEASURED``) is unchanged (unless ``force``). With check_mode nothing is written at all.
     """
     target = os.path.join(base_dir, record["wave"])
     files = [os.path.join(target, JSON_NAME), os.path.join(target, HTML_NAME)]

@@ -17,7 +17,9 @@ description:
   - The folder is built in a temporary sibling and renamed into place; on any error the old
     records stay as they were and nothing half-written is left.
   - Bad input fails before anything is written.
-  - When everything but the C(run) block is unchanged nothing is rewritten and C(changed) is false.
+  - When everything but the C(run) block and the probes' measurements (C(elapsed_ms), C(evidence))
+    is unchanged nothing is rewritten and C(changed) is false, so a rerun that only measured again
+    keeps the first run's records (use O(force) to rewrite them).
 options:
   dest:
     description: Records base folder on the host the module runs on.

@@ -55,6 +55,23 @@ def test_write_then_idempotent_rewrite(lab_file, tmp_path):
     assert r.write_records(str(tmp_path), again, force=True)["changed"] is True
 
 
+def test_rerun_with_new_measurements_only_is_not_a_change(lab_file, tmp_path):
+    r.write_records(str(tmp_path), _record(lab_file, elapsed=1.0))
+    before = (tmp_path / "wave-1" / "preflight.json").read_text()
+    # Timings and evidence differ (a new measurement), verdicts and facts do not.
+    again = _record(lab_file, run={"started": "later"}, elapsed=9.0)
+    for probe in again["details"]["probes"]:
+        if probe.get("evidence"):
+            probe["evidence"] = "handshake completed from 10.0.0.1:40000"
+    assert r.write_records(str(tmp_path), again)["changed"] is False
+    assert (tmp_path / "wave-1" / "preflight.json").read_text() == before
+    # An observed state that differs is a change even when the verdict does not.
+    observed = _record(lab_file)
+    row = next(p for p in observed["details"]["probes"] if p.get("observed") == "closed")
+    row["observed"] = "error"
+    assert r.write_records(str(tmp_path), observed)["changed"] is True
+
+
 def test_check_mode_writes_nothing(lab_file, tmp_path):
     res = r.write_records(str(tmp_path), _record(lab_file), check_mode=True)
     assert res["changed"] is True
