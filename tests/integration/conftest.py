@@ -53,3 +53,18 @@ def ssh(name, command, timeout=30, check=True):
 def podman_exec(name, *cmd, timeout=30):
     return subprocess.run(["podman", "exec", name, *cmd], capture_output=True, text=True,
                           timeout=timeout)
+
+
+# The lab is one estate, so the files run in the order its users work: the lab itself,
+# preflight, onboarding, validation, the rehearsals, overflow, then the packaging checks.
+# Each test still sets up and restores what it needs; the order only keeps the run realistic.
+ORDER = ["test_lablib", "test_nodes", "test_nft", "test_k8s", "test_lifecycle", "test_preflight",
+         "test_onboard", "test_validate", "test_upgrade", "test_removal", "test_boundary_revocation",
+         "test_overflow", "test_installed_collection", "test_ee"]
+
+
+def pytest_collection_modifyitems(session, config, items):
+    def rank(item):
+        name = item.fspath.purebasename
+        return ORDER.index(name) if name in ORDER else len(ORDER)
+    items.sort(key=rank)  # stable: keeps the order inside each file
