@@ -78,8 +78,8 @@ class RsyncStager(b.Stager):
         self.timeout = timeout
         # Drill faults (each counts down once used)
         self.interrupt_next = 0         # the next N input copies are killed part way
-        self.interrupt_after = 0.3      # seconds before the kill; the copy is slowed to make it partial
-        self.interrupt_bwlimit = 2048   # KiB/s while an interruption is armed
+        self.interrupt_after = 1.5      # seconds before the kill (SSH setup included); the copy is slowed
+        self.interrupt_bwlimit = 1024   # KiB/s while an interruption is armed, so the kill lands part way
         self.corrupt_next = 0           # the next N returned outputs land with one flipped byte
         self.fail_return_next = 0       # the next N return copies fail (connection refused)
         self.last = {}
