@@ -39,9 +39,11 @@ lab-down: venv
 lab-status: venv
 	$(LAB) status
 
-# The main job: one wave on the embedded lab, ending with the records a person reads.
+# The main job: one wave on the embedded lab (preflight, onboarding, validation), the
+# upgrade and removal rehearsals and an overflow drill, ending with records/index.html.
 demo: lab-up
 	$(BIN)/ansible-playbook playbooks/smoke.yml
+	$(BIN)/python tests/lab/demo.py
 
 unit: venv
 	$(BIN)/pytest tests/unit -q

@@ -1,0 +1,148 @@
+#!/usr/bin/env python3
+"""The main job on the embedded lab (`make demo`): one wave end to end.
+
+  preflight -> onboard -> validate (playbooks/wave.yml, wave1)
+  -> driver-upgrade rehearsal on the wave's spare node (signed change record)
+  -> change-managed removal of that node, then onboarding it again
+  -> overflow failure drill on both local queues
+  -> records/index.html, the page a person reads first.
+
+Approver keys are generated for the run under .lab/demo/ (never committed); the change
+records are signed with them exactly as an approver would with `bin/hgpu-sign-change`.
+Each step's Ansible output goes to records/demo/<step>.log; the terminal gets one line per step.
+"""
+import argparse
+import datetime
+import html
+import json
+import os
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(ROOT, "tests", "unit", "lifecycle"))
+import lifecycle_support as approvals  # noqa: E402  (keys, boundary with keys, signed records)
+
+BIN = os.path.dirname(sys.executable)
+RECORDS = os.path.join(ROOT, "records")
+LOGS = os.path.join(RECORDS, "demo")
+DEMO_DIR = os.path.join(ROOT, ".lab", "demo")
+
+
+def playbook(step, name, *extra):
+    """Run one playbook, log to records/demo/<step>.log, return True on success."""
+    os.makedirs(LOGS, exist_ok=True)
+    log = os.path.join(LOGS, "%s.log" % step)
+    cmd = [os.path.join(BIN, "ansible-playbook"), os.path.join(ROOT, "playbooks", name)]
+    for item in extra:
+        cmd += ["-e", item]
+    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"), ANSIBLE_NOCOLOR="1",
+               PATH=BIN + os.pathsep + os.environ.get("PATH", ""))
+    start = time.monotonic()
+    with open(log, "w") as fh:
+        rc = subprocess.call(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env, cwd=ROOT,
+                             stdin=subprocess.DEVNULL)
+    took = time.monotonic() - start
+    print("  %-28s %s in %5.1f s   (%s)" % (step, "ok" if rc == 0 else "FAILED rc=%d" % rc, took,
+                                          os.path.relpath(log, ROOT)), flush=True)
+    return rc == 0, took, log
+
+
+def signed_record(name, action, target, requester, signer):
+    now = datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0)
+    text = approvals.record_text(
+        change_id="CHG-DEMO-%s-%s" % (action.upper().replace("_", "-"), now.strftime("%Y%m%d%H%M%S")),
+        action=action, targets=(target,), requester=requester,
+        start=now - datetime.timedelta(minutes=5), end=now + datetime.timedelta(hours=2),
+        reason="lab demo: %s rehearsal on the wave's spare node" % action)
+    return approvals.write_record(DEMO_DIR, name, text, signer_key=APPROVERS["keys"][signer])
+
+
+def newest(pattern_dir, suffix):
+    found = []
+    for base, _dirs, files in os.walk(pattern_dir):
+        found += [os.path.join(base, f) for f in files if f.endswith(suffix)]
+    return sorted(found, key=os.path.getmtime)
+
+
+def write_index(results):
+    """records/index.html: one self-contained page linking every record of this run."""
+    links = []
+    for title, sub, suffix in (("Preflight and wave records", "wave1", ".html"),
+                               ("Validation records per node", "validation", ".json"),
+                               ("Upgrade records", "upgrades", ".json"),
+                               ("Removal records", "removals", ".json"),
+                               ("Overflow drill reports", "overflow", ".html"),
+                               ("Audit log", "audit", ".jsonl")):
+        files = newest(os.path.join(RECORDS, sub), suffix)
+        links.append((title, [os.path.relpath(f, RECORDS) for f in files[-6:]]))
+    rows = "".join("<tr><td>%s</td><td class=%s>%s</td><td>%.1f s</td><td><a href='%s'>log</a></td></tr>"
+                   % (html.escape(s), "ok" if ok else "bad", "ok" if ok else "FAILED", t,
+                      html.escape(os.path.relpath(log, RECORDS)))
+                   for s, (ok, t, log) in results.items())
+    sections = "".join("<h2>%s</h2><ul>%s</ul>" % (html.escape(t), "".join(
+        "<li><a href='%s'>%s</a></li>" % (html.escape(f), html.escape(f)) for f in fs) or "<li>none</li>")
+        for t, fs in links)
+    page = ("<!doctype html><meta charset=utf-8><title>hybridgpu.fleet lab run</title><style>"
+            "body{font:14px system-ui,sans-serif;margin:2em;max-width:70em}td{padding:.2em .8em}"
+            ".ok{color:#176f2c}.bad{color:#b00020;font-weight:bold}</style>"
+            "<h1>hybridgpu.fleet: lab run %s</h1><table><tr><th>step</th><th>result</th><th>time</th>"
+            "<th></th></tr>%s</table>%s" % (html.escape(datetime.datetime.now().isoformat(timespec="seconds")),
+                                             rows, sections))
+    os.makedirs(RECORDS, exist_ok=True)
+    tmp = os.path.join(RECORDS, ".index.html.tmp")
+    with open(tmp, "w") as fh:
+        fh.write(page)
+    os.replace(tmp, os.path.join(RECORDS, "index.html"))
+    return links
+
+
+def main():
+    global APPROVERS
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--spare", default="owned-a100-2", help="node for the upgrade and removal rehearsals")
+    ap.add_argument("--drill-max-runs", default="4", help="upper bound of the drill's spread runs")
+    args = ap.parse_args()
+
+    os.makedirs(DEMO_DIR, exist_ok=True)
+    APPROVERS = approvals.make_approvers(DEMO_DIR)
+    boundary = APPROVERS["boundary"]
+    results = {}
+    print("hybridgpu.fleet lab run (logs under records/demo/)", flush=True)
+
+    results["wave (preflight, onboard, validate)"] = playbook("wave", "wave.yml", "wave=wave1")
+
+    upgrade = signed_record("upgrade.yml", "driver_upgrade", args.spare, "ops-oncall", "ops-lead")
+    results["upgrade rehearsal"] = playbook(
+        "upgrade", "upgrade_rehearsal.yml", "upgrade_target=%s" % args.spare, "upgrade_executor=ops-oncall",
+        "upgrade_boundary=%s" % boundary, "change_record_path=%s" % upgrade)
+
+    removal = signed_record("remove.yml", "remove", args.spare, "ops-lead", "sec-owner")
+    results["removal rehearsal"] = playbook(
+        "remove", "remove.yml", "remove_targets=%s" % args.spare, "remove_executor=ops-lead",
+        "remove_boundary=%s" % boundary, "change_record_path=%s" % removal)
+    # The rehearsal proved the exit; the node joins again so the estate stays whole.
+    results["onboard the spare again"] = playbook(
+        "reonboard", "onboard.yml", "onboard_wave=%s" % args.spare)
+
+    results["overflow drill"] = playbook(
+        "overflow-drill", "overflow_drill.yml", "overflow_drill_max_runs=%s" % args.drill_max_runs)
+
+    links = write_index(results)
+    print("\nRecords (open records/index.html):")
+    for title, files in links:
+        print("  %s:" % title)
+        for f in files or ["none"]:
+            print("    records/%s" % f)
+    failed = [s for s, (ok, _t, _l) in results.items() if not ok]
+    if failed:
+        print("\nFAILED steps: %s" % ", ".join(failed))
+        return 1
+    print("\nAll steps passed.")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
