@@ -112,7 +112,11 @@ def main():
     results = {}
     print("hybridgpu.fleet lab run (logs under records/demo/)", flush=True)
 
-    results["wave (preflight, onboard, validate)"] = playbook("wave", "wave.yml", "wave=wave1")
+    # Validation step 5 reads the lab's Prometheus (started by `lab up`) and induces an Xid on
+    # the spare; step 6 cuts the spare's management link for a window.
+    results["wave (preflight, onboard, validate)"] = playbook("wave", "wave.yml", json.dumps({
+        "wave": "wave1", "wave_link_nodes": [args.spare], "validate_prometheus_url": "http://127.0.0.1:9090",
+        "validate_fault_node": args.spare}))
 
     upgrade = signed_record("upgrade.yml", "driver_upgrade", args.spare, "ops-oncall", "ops-lead")
     results["upgrade rehearsal"] = playbook(

@@ -6,7 +6,7 @@ import os
 import sys
 import time
 
-from . import config, extra, host, image, inventory, k8s, nodes, packages, slurm, storage
+from . import config, extra, host, image, inventory, k8s, nodes, packages, slurm, storage, telemetry
 from .util import LabError, log
 
 
@@ -52,6 +52,7 @@ def up(args):
                 for n in cloud:
                     run_wait_ready(n)
             step("cloud join", join)
+            step("telemetry", lambda: (telemetry.ensure_cloud_exporters(), telemetry.start_prometheus()))
     total = time.monotonic() - t0
     created = sum(1 for s in states.values() if s != "ok")
     kind = "cold" if (built or created) else "warm"
@@ -71,6 +72,8 @@ def run_wait_ready(node):
 
 def down(args):
     t0 = time.monotonic()
+    if telemetry.stop_prometheus():
+        log("stopped prometheus")
     for cluster in config.CLUSTERS:
         pid = k8s.stop_emulator(cluster)
         if pid:
@@ -146,6 +149,9 @@ def status(args):
                 print("    (no Nodes)")
             for name, ready in listed:
                 print("    Node %-14s Ready=%s" % (name, ready))
+    prom = telemetry.prometheus_status()
+    print("prometheus: %s pid %s %s" % (prom["url"], prom["pid"] or "-", "ready" if prom["ready"] else "NOT ready"))
+    ok = ok and prom["ready"]
     return 0 if ok else 1
 
 
