@@ -15,7 +15,7 @@ description:
     C(0.0.0.0/0) or C(::/0) is refused.
   - Reports RV(all_open_before) when the instance was still behind an "all open" testing
     firewall (no custom firewall attached, or a rule open to every address).
-  - O(provider=lab_nft) is the lab implementation, run on the cloud node itself: an inet
+  - O(provider=lab_nft) is the lab implementation, run on the cloud node itself, as an inet
     nftables table of its own (O(table)) with input policy drop, SSH from
     O(management_sources), and the rules. Other providers can be added as subclasses of
     C(ProviderFirewall) in C(module_utils/provider_firewall.py).

@@ -11,7 +11,7 @@ short_description: Snapshot Pods and Jobs of a cluster, and compare with an earl
 version_added: "0.1.0"
 description:
   - Lists every Pod (node, uid, phase) and Job (active, succeeded, failed, conditions).
-  - With O(before), also reports what changed for workloads outside O(exclude_nodes): pods on
+  - With O(before), also reports what changed for workloads outside O(exclude_nodes), that is pods on
     other nodes that vanished, were replaced or failed, and Jobs that gained failures.
 extends_documentation_fragment:
   - hybridgpu.fleet.k8s_auth
