@@ -1,0 +1,101 @@
+"""Helpers shared by the lifecycle lab tests (upgrade, removal, boundary revocation):
+run a playbook, read its recap, sign change records with per-run approver keys, look at a
+node's real state."""
+import fcntl
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import ROOT, ssh
+
+sys.path.insert(0, os.path.join(ROOT, "tests", "unit", "lifecycle"))
+import lifecycle_support as ls  # noqa: E402
+
+KUBECONFIG = os.path.join(ROOT, ".lab", "k8s", "kubeconfig")
+
+# Destructive lab tests (removal, upgrade, revocation) hold this lock for their whole module,
+# so two of them never change the shared owned nodes at the same time. In CI the tests run
+# one after another anyway; the lock protects a shared developer lab.
+LOCK_PATH = os.environ.get("HGPU_LAB_TEST_LOCK", "/run/lock/hybridgpu-lab-tests.lock")
+
+
+@pytest.fixture(scope="module")
+def lab_lock(lab):
+    """Exclusive lock for a destructive lab test module (waits up to 30 minutes)."""
+    fh = open(LOCK_PATH, "a+")
+    deadline = time.monotonic() + 1800
+    while True:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            break
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                fh.close()
+                pytest.fail("another destructive lab test holds %s for over 30 minutes" % LOCK_PATH)
+            time.sleep(2)
+    fh.seek(0)
+    fh.truncate()
+    fh.write("%d %s\n" % (os.getpid(), " ".join(sys.argv[-2:])))
+    fh.flush()
+    try:
+        yield LOCK_PATH
+    finally:
+        fcntl.flock(fh, fcntl.LOCK_UN)
+        fh.close()
+
+
+def playbook(name, *args, extra=None, tmp_path=None, timeout=900):
+    env = dict(os.environ, PATH=os.path.join(ROOT, ".venv", "bin") + os.pathsep + os.environ["PATH"],
+               ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"), ANSIBLE_NOCOLOR="1",
+               ANSIBLE_FORCE_COLOR="0")
+    cmd = ["ansible-playbook", os.path.join(ROOT, "playbooks", name), *args]
+    if extra is not None:
+        path = os.path.join(str(tmp_path), "extra-%d.json" % len(os.listdir(str(tmp_path))))
+        with open(path, "w") as fh:
+            json.dump(extra, fh)
+        cmd += ["-e", "@" + path]
+    res = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+    res.out = res.stdout + res.stderr
+    return res
+
+
+def recap(out):
+    hosts = {}
+    for m in re.finditer(r"^(\S+)\s+:\s+((?:\w+=\d+\s*)+)$", out, re.M):
+        hosts[m.group(1)] = dict((k, int(v)) for k, v in re.findall(r"(\w+)=(\d+)", m.group(2)))
+    return hosts
+
+
+def kube(context="onprem"):
+    from ansible_collections.hybridgpu.fleet.plugins.module_utils.k8s import Kube
+    return Kube({"kubeconfig": KUBECONFIG, "context": context})
+
+
+def approvers(directory):
+    return ls.make_approvers(str(directory))
+
+
+def signed_record(appr, directory, name, signer="sec-owner", **kw):
+    """Write NAME (and NAME.sig signed by `signer`, or none when signer is None)."""
+    text = ls.record_text(**kw)
+    return ls.write_record(str(directory), name, text, appr["keys"][signer] if signer else None)
+
+
+def node_state(name):
+    """What a refused change must leave untouched on a node and in the API."""
+    out = ssh(name, "nvidia-smi --query-gpu=driver_version --format=csv,noheader | head -1; "
+                    "echo ---; dpkg-query -W -f='${Package} ${Version} ${db:Status-Abbrev}\\n' 'nvidia-driver-*' "
+                    "'hybridgpu-*' 2>/dev/null | grep ' ii\\| hi'; echo ---; nft list tables; echo ---; "
+                    "systemctl list-units --type=service --state=active --no-legend --plain | "
+                    "awk '{print $1}' | grep -v '^session-'; echo ---; apt-mark showhold").stdout
+    node = kube().get_node(name)
+    api = None
+    if node:
+        api = {"unschedulable": bool(node["spec"].get("unschedulable")),
+               "labels": node["metadata"].get("labels"), "taints": node["spec"].get("taints")}
+    return {"node": out, "api": api}

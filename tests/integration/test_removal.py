@@ -1,0 +1,174 @@
+"""Change-managed removal of owned-l40s-1 (issue 5) against the lab: refused change records
+stop before any change, an interrupted removal reports its phases and finishes on rerun,
+the node ends standalone with every credential path refused, a second run changes nothing,
+and a tampered line of the audit log the run wrote is detected. The node is RE-ONBOARDED at
+the end (onboard.yml limited to it), so the lab is left as it was found.
+
+The removal works on a temporary records folder holding a copy of the node's manifest plus
+one SSH key the test installs and records as an onboarding artefact (onboarding itself
+installs none today), so the key path is exercised for real."""
+import json
+import os
+import subprocess
+
+import pytest
+import yaml
+
+from conftest import ROOT, ssh
+from lifecycle_lab import approvers, kube, lab_lock, node_state, playbook, recap, signed_record  # noqa: F401
+
+pytestmark = pytest.mark.lab
+
+NODE = "owned-l40s-1"
+IP = "10.213.77.13"
+
+
+def key_ssh(key, command="true"):
+    return subprocess.run(["ssh", "-i", key, "-o", "BatchMode=yes", "-o", "IdentitiesOnly=yes",
+                           "-o", "ControlPath=none", "-o", "StrictHostKeyChecking=no",
+                           "-o", "UserKnownHostsFile=/dev/null", "-o", "ConnectTimeout=10",
+                           "root@" + IP, command], capture_output=True, text=True, timeout=30)
+
+
+def assert_joined():
+    """The precondition, re-checked under the lock: the node is onboarded and Ready."""
+    node = kube().get_node(NODE)
+    assert node is not None, "%s must be joined to onprem (onboard.yml --limit %s)" % (NODE, NODE)
+    ready = [c for c in node["status"].get("conditions", []) if c["type"] == "Ready"]
+    assert ready and ready[0]["status"] == "True", ready
+    assert ssh(NODE, "systemctl is-active hybridgpu-node-agent", check=False).stdout.strip() == "active"
+
+
+@pytest.fixture(scope="module")
+def setup(lab_lock, tmp_path_factory):
+    from ansible_collections.hybridgpu.fleet.plugins.module_utils import manifest as mf
+    assert_joined()
+    tmp = tmp_path_factory.mktemp("removal")
+    appr = approvers(tmp / "appr")
+    rec = tmp / "records"
+    (rec / "manifests").mkdir(parents=True)
+    doc = mf.load(os.path.join(ROOT, "records", "manifests", NODE + ".json"))
+    assert doc and doc.get("pre_onboarding"), "owned-l40s-1 must be onboarded first (onboard.yml)"
+    key = str(tmp / "onboard-key")
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "hgpu-removal-test", "-f", key], check=True)
+    pub = open(key + ".pub").read().strip()
+    ssh(NODE, "echo '%s' >> /root/.ssh/authorized_keys" % pub)
+    doc = mf.merge(doc, NODE, "access", [{"kind": "key", "path": "/root/.ssh/authorized_keys",
+                                          "public_key": pub, "private_key": key, "user": "root"}])
+    mf.write(str(rec / "manifests" / (NODE + ".json")), doc)
+    assert key_ssh(key).returncode == 0, "the test key must work before the removal"
+    yield {"tmp": tmp, "appr": appr, "rec": str(rec), "key": key, "pub": pub}
+    # leave the lab as found: the key gone, the node joined again
+    ssh(NODE, "sed -i '/hgpu-removal-test/d' /root/.ssh/authorized_keys", check=False)
+    res = playbook("onboard.yml", "--limit", NODE, timeout=1200)
+    assert res.returncode == 0, "re-onboarding %s failed:\n%s" % (NODE, res.out[-5000:])
+
+
+def remove(setup, record, *args, **extra):
+    ev = {"remove_targets": NODE, "remove_executor": "ops-lead",
+          "remove_boundary": setup["appr"]["boundary"], "change_record_path": record,
+          "remove_records_dir": setup["rec"]}
+    ev.update(extra)
+    return playbook("remove.yml", *args, extra=ev, tmp_path=setup["tmp"])
+
+
+def state_file(setup, change):
+    path = os.path.join(setup["rec"], "removals", NODE, change + ".json")
+    return json.load(open(path)) if os.path.exists(path) else None
+
+
+@pytest.mark.parametrize("case", ["unsigned", "expired", "wrong_target"])
+def test_refused_record_changes_nothing(setup, case):
+    import datetime
+    now = datetime.datetime.now(datetime.timezone.utc)
+    kw = dict(change_id="CHG-RM-BAD-" + case, action="remove", targets=[NODE], requester="ops-lead")
+    signer = "sec-owner"
+    if case == "unsigned":
+        signer = None
+    elif case == "expired":
+        kw.update(start=now - datetime.timedelta(hours=3), end=now - datetime.timedelta(hours=1))
+    else:
+        kw.update(targets=["owned-a100-1"])
+    record = signed_record(setup["appr"], setup["tmp"], "bad-%s.yml" % case, signer=signer, **kw)
+    before = node_state(NODE)
+    res = remove(setup, record)
+    assert res.returncode != 0
+    assert "change_approval" in res.out or "Verify the signed change record" in res.out
+    expect = {"unsigned": "signature", "expired": "window", "wrong_target": NODE}[case]
+    assert expect in res.out, res.out[-3000:]
+    assert node_state(NODE) == before
+    assert state_file(setup, kw["change_id"]) is None
+    assert key_ssh(setup["key"]).returncode == 0
+
+
+def test_interrupted_removal_reports_and_finishes(setup):
+    record = signed_record(setup["appr"], setup["tmp"], "chg.yml", change_id="CHG-RM-LAB",
+                           action="remove", targets=[NODE], requester="ops-lead")
+    # one run with the API unreachable (a kubeconfig pointing at a closed loopback port)
+    bad = yaml.safe_load(open(os.path.join(ROOT, ".lab", "k8s", "kubeconfig")))
+    for c in bad["clusters"]:
+        c["cluster"]["server"] = "https://127.0.0.1:9"
+    bad_path = str(setup["tmp"] / "bad.kubeconfig")
+    yaml.safe_dump(bad, open(bad_path, "w"))
+    assert_joined()
+    first = remove(setup, record, remove_kubeconfig=bad_path)
+    assert first.returncode != 0
+    assert "REMOVAL INTERRUPTED" in first.out and "done [approval]" in first.out, first.out[-4000:]
+    st = state_file(setup, "CHG-RM-LAB")
+    assert list(st["steps"]) == ["approval"] and not st["finished_at"]
+    assert kube().get_node(NODE) is not None, "nothing past the approval may have happened"
+
+    # rerun: resumes after the approval and finishes
+    second = remove(setup, record)
+    assert second.returncode == 0, second.out[-6000:]
+    assert "done [approval]; pending [drain" in second.out
+    st = state_file(setup, "CHG-RM-LAB")
+    assert st["finished_at"] and len(st["steps"]) == 9
+
+    # standalone, every credential path refused (checked here too, not only in the playbook)
+    assert kube().get_node(NODE) is None
+    assert kube().get_secret("kube-system", "node-%s-token" % NODE) is None
+    token = json.load(open(os.path.join(setup["rec"], "removals", NODE, "CHG-RM-LAB.revoked-token")))["token"]
+    from ansible_collections.hybridgpu.fleet.plugins.module_utils.k8s import K8sError, Kube
+    with pytest.raises(K8sError) as err:
+        Kube({"host": "https://10.213.77.1:6443", "api_key": token,
+              "ca_cert": os.path.join(ROOT, ".lab", "pki", "ca.crt")}, retries=0).get_node(NODE)
+    assert err.value.status == 401
+    refused = key_ssh(setup["key"])
+    assert refused.returncode != 0 and "Permission denied" in refused.stderr
+    out = ssh(NODE, "nft list tables; systemctl is-active hybridgpu-node-agent hybridgpu-gpu-exporter; "
+                    "ls /etc/hybridgpu /var/lib/hybridgpu; getent passwd hgpu-gpu-exporter; "
+                    "dpkg-query -W -f='${db:Status-Abbrev}' hybridgpu-node-agent; nvidia-smi -L | wc -l",
+              check=False).stdout
+    assert "table inet hybridgpu\n" not in out
+    assert "active\n" not in out.replace("inactive", "")
+    assert "hgpu-gpu-exporter" not in out and "ii" not in out
+    assert out.strip().endswith("4"), out  # 4 L40S GPUs still answer nvidia-smi
+    assert ssh(NODE, "systemctl is-active chrony ssh").returncode == 0
+
+    # a second run changes nothing
+    third = remove(setup, record)
+    assert third.returncode == 0, third.out[-4000:]
+    assert recap(third.out)[NODE]["changed"] == 0, third.out[-3000:]
+
+    # the audit log the runs wrote: intact, then a tampered copy is caught at the right line
+    log = os.path.join(setup["rec"], "audit", "audit.jsonl")
+    verify = os.path.join(ROOT, "bin", "hgpu-audit-verify")
+    ok = subprocess.run([verify, log], capture_output=True, text=True)
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    lines = open(log).read().splitlines()
+    actions = [json.loads(x)["action"] for x in lines]
+    for action in ("approval", "cordon", "drain", "delete_node", "revoke_credential", "remove"):
+        assert action in actions, actions
+    n = actions.index("delete_node")
+    bad_line = json.loads(lines[n])
+    bad_line["result"] = "skipped"
+    lines[n] = json.dumps(bad_line, sort_keys=True)
+    tampered = str(setup["tmp"] / "tampered.jsonl")
+    open(tampered, "w").write("\n".join(lines) + "\n")
+    caught = subprocess.run([verify, tampered], capture_output=True, text=True)
+    assert caught.returncode == 1
+    assert "line %d" % (n + 1) in caught.stdout + caught.stderr, caught.stdout + caught.stderr
+    # the same events reached the node's journal
+    journal = ssh(NODE, "journalctl -t hybridgpu-audit --no-pager -o cat | grep CHG-RM-LAB").stdout
+    assert "delete_node" in journal and "revoke_credential" in journal
