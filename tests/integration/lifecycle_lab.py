@@ -87,12 +87,14 @@ def signed_record(appr, directory, name, signer="sec-owner", **kw):
 
 
 def node_state(name):
-    """What a refused change must leave untouched on a node and in the API."""
+    """What a refused change must leave untouched on a node and in the API. D-Bus activated
+    helpers (timedated when another test reads the clock) come and go and are left out."""
     out = ssh(name, "nvidia-smi --query-gpu=driver_version --format=csv,noheader | head -1; "
                     "echo ---; dpkg-query -W -f='${Package} ${Version} ${db:Status-Abbrev}\\n' 'nvidia-driver-*' "
                     "'hybridgpu-*' 2>/dev/null | grep ' ii\\| hi'; echo ---; nft list tables; echo ---; "
                     "systemctl list-units --type=service --state=active --no-legend --plain | "
-                    "awk '{print $1}' | grep -v '^session-'; echo ---; apt-mark showhold").stdout
+                    "awk '{print $1}' | grep -v '^session-\\|^systemd-\\(timedated\\|hostnamed\\|localed\\)'; "
+                    "echo ---; apt-mark showhold").stdout
     node = kube().get_node(name)
     api = None
     if node:
