@@ -20,6 +20,11 @@ def render():
              "    hgpu_lab_kubeconfig: %s" % _q(config.path("k8s", "kubeconfig")),
              "    hgpu_lab_ca: %s" % _q(config.path("pki", "ca.crt")),
              "    hgpu_lab_records_dir: %s" % _q(config.ROOT + "/records"),
+             # The collection's records variable (docs/records.md); follows hgpu_lab_records_dir,
+             # so `-e hgpu_lab_records_dir=...` still moves every record of a run.
+             "    hgpu_records_dir: %s" % _q("{{ hgpu_lab_records_dir }}"),
+             # Lab-only tools (overflow drill, lab workload): absolute, from this checkout.
+             "    hgpu_lab_src_dir: %s" % _q(config.LAB_SRC),
              "  children:"]
 
     def hosts(nodes, indent):
