@@ -409,7 +409,7 @@ def _chain(nodes):
 def test_wave_workflow_runs_preflight_onboard_validate_report(wave):
     chain = _chain(_wave_nodes(wave))
     playbooks = [_playbook_of(BY_NAME[n["unified_job_template"]["name"]]) for n in chain]
-    assert [p[:-4] for p in playbooks] == ["preflight", "onboard", "validate", "wave_report"], playbooks
+    assert [p[:-4] for p in playbooks] == ["preflight", "onboard", "validate", "wave_record"], playbooks
     bad = []
     for n in chain:
         t = BY_NAME[n["unified_job_template"]["name"]]
