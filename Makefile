@@ -11,7 +11,7 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
 .PHONY: all venv collection-link lab-up lab-down lab-status demo test unit conformance \
-        integration molecule bench clean
+        integration molecule quality bench clean
 
 all: test
 
@@ -66,7 +66,11 @@ molecule: lab-up
 
 MOLECULE_ROLES ?= $(notdir $(patsubst %/molecule/default/,%,$(dir $(wildcard roles/*/molecule/default/molecule.yml))))
 
-test: unit conformance integration molecule
+# Quality gates: ansible-lint (production profile), offline ansible-test sanity, changelog lint.
+quality: venv
+	bash tests/quality.sh
+
+test: unit conformance integration molecule quality
 
 bench: lab-up
 	@for b in bench/*.py; do echo "== $$b"; $(BIN)/python $$b; done
