@@ -11,7 +11,10 @@ Packages:
 - the driver branches (defined in DRIVERS below), each shipping the nvidia-smi stand-in and
   /usr/lib/hybridgpu-lab/driver.json;
 - every `<dir>/package.json` next to this file (nccl-tests, hybridgpu-node-agent, and any
-  package another part of the lab adds the same way).
+  package another part of the lab adds the same way);
+- real Debian packages named in debian-packages.txt (nodes cannot reach a Debian mirror):
+  `apt-get download` fetches them on the host into a cache directory (default: `debian-cache`
+  next to OUTDIR, i.e. .lab/debian-cache), and they are copied into OUTDIR unchanged.
 
 The build is deterministic (fixed mtimes, SOURCE_DATE_EPOCH, sorted inputs) and skipped when
 a content hash of all inputs matches the one recorded in OUTDIR/.build-hash.
@@ -33,6 +36,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 EPOCH = 1735689600  # 2025-01-01T00:00:00Z: fixed mtime for every file and the Release date
 MAINTAINER = "hybridgpu lab <lab@hybridgpu.invalid>"
 HASH_FILE = ".build-hash"
+DEBIAN_LIST = os.path.join(HERE, "debian-packages.txt")
 
 # Driver branches: (branch, version, highest CUDA version the driver supports).
 # CUDA per branch as in NVIDIA's CUDA toolkit release notes (toolkit/driver table):
@@ -94,6 +98,60 @@ def all_packages():
     return driver_packages() + dir_packages()
 
 
+def debian_names(path=DEBIAN_LIST):
+    """Package names from the Debian list file (one a line, `#` comments)."""
+    if not os.path.exists(path):
+        return []
+    names = []
+    with open(path, encoding="utf-8") as handle:
+        for line in handle:
+            name = line.split("#", 1)[0].strip()
+            if name and name not in names:
+                names.append(name)
+    return names
+
+
+def cached_debs(cache, name):
+    """Paths of the cached .deb files of package `name` (any version, any architecture)."""
+    return sorted(glob.glob(os.path.join(glob.escape(cache), glob.escape(name) + "_*.deb")))
+
+
+def fetch_debian(cache, names, env=None):
+    """`apt-get download` every listed package that has no .deb in the cache yet.
+    Runs `apt-get update` once and retries when the host's package lists lack one."""
+    os.makedirs(cache, exist_ok=True)
+    missing = [n for n in names if not cached_debs(cache, n)]
+    if not missing:
+        return []
+    cmd = ["apt-get", "download", "-q"] + missing
+    res = subprocess.run(cmd, cwd=cache, env=env, capture_output=True, text=True)
+    if res.returncode != 0:
+        subprocess.run(["apt-get", "update", "-q"], env=env, check=True, stdout=subprocess.DEVNULL)
+        res = subprocess.run(cmd, cwd=cache, env=env, capture_output=True, text=True)
+    still = [n for n in missing if not cached_debs(cache, n)]
+    if res.returncode != 0 or still:
+        raise RuntimeError("apt-get download %s (in %s) failed: %s"
+                           % (" ".join(missing), cache, (res.stderr or res.stdout).strip()))
+    return missing
+
+
+def debian_debs(cache, names):
+    """{file name: path} of the cached .debs of the listed packages; a listed package with
+    nothing in the cache is an error naming the list file."""
+    found, absent = {}, []
+    for name in names:
+        paths = cached_debs(cache, name)
+        if not paths:
+            absent.append(name)
+        for path in paths:
+            found[os.path.basename(path)] = path
+    if absent:
+        raise RuntimeError("%s lists %s but %s holds no .deb for it (run build.py without "
+                           "--no-download, or apt-get download it there)"
+                           % (os.path.basename(DEBIAN_LIST), ", ".join(absent), cache))
+    return found
+
+
 def deb_name(pkg):
     return "%s_%s_all.deb" % (pkg["name"], pkg["version"])
 
@@ -110,9 +168,13 @@ def control_text(pkg, installed_kib):
     return "".join("%s: %s\n" % kv for kv in fields)
 
 
-def inputs_hash(packages):
-    """Hash of everything that goes into the repository (sources, definitions, this script)."""
+def inputs_hash(packages, debian=None):
+    """Hash of everything that goes into the repository (sources, definitions, this script,
+    the bytes of the copied Debian packages)."""
     digest = hashlib.sha256()
+    for name in sorted(debian or {}):
+        with open(debian[name], "rb") as handle:
+            digest.update(b"debian\0" + name.encode() + b"\0" + hashlib.sha256(handle.read()).digest())
     with open(os.path.abspath(__file__), "rb") as handle:
         digest.update(handle.read())
     for pkg in packages:
@@ -173,7 +235,7 @@ def build_deb(pkg, outdir, env):
     return target
 
 
-def write_index(outdir, env):
+def write_index(outdir, env, arches=("all",)):
     """Packages, Packages.gz and Release for a flat repository."""
     result = subprocess.run(["dpkg-scanpackages", "--multiversion", "."], cwd=outdir, env=env,
                             check=True, capture_output=True, text=True)
@@ -183,7 +245,7 @@ def write_index(outdir, env):
     with open(os.path.join(outdir, "Packages.gz"), "wb") as raw:
         with gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0, compresslevel=9) as gz:
             gz.write(packages.encode())
-    lines = ["Origin: hybridgpu-lab", "Label: hybridgpu-lab", "Architectures: all",
+    lines = ["Origin: hybridgpu-lab", "Label: hybridgpu-lab", "Architectures: " + " ".join(arches),
              "Date: " + time.strftime("%a, %d %b %Y %H:%M:%S UTC", time.gmtime(EPOCH))]
     for algo, title in (("md5", "MD5Sum"), ("sha256", "SHA256")):
         lines.append(title + ":")
@@ -196,15 +258,23 @@ def write_index(outdir, env):
         handle.write("\n".join(lines) + "\n")
 
 
-def build_all(outdir, force=False):
-    """Build every package into outdir; return {'built': bool, 'debs': [file names]}."""
+def deb_arch(name):
+    """Architecture part of a Debian file name (name_version_arch.deb)."""
+    return name[:-len(".deb")].rsplit("_", 1)[-1]
+
+
+def build_all(outdir, force=False, debian_cache=None, debian_list=DEBIAN_LIST):
+    """Build every package into outdir; return {'built': bool, 'debs': [file names]}.
+    With debian_cache, the .debs of the packages in debian_list are taken from that
+    directory (fetch_debian() fills it) and copied in as they are."""
     outdir = os.path.abspath(outdir)
     os.makedirs(outdir, exist_ok=True)
     packages = all_packages()
-    names = sorted(deb_name(p) for p in packages)
+    debian = debian_debs(debian_cache, debian_names(debian_list)) if debian_cache else {}
+    names = sorted([deb_name(p) for p in packages] + list(debian))
     if len(set(names)) != len(names):
         raise ValueError("two package definitions produce the same .deb file")
-    want = inputs_hash(packages)
+    want = inputs_hash(packages, debian)
     hash_path = os.path.join(outdir, HASH_FILE)
     current = None
     if os.path.exists(hash_path):
@@ -220,7 +290,10 @@ def build_all(outdir, force=False):
             os.unlink(old)
     for pkg in packages:
         build_deb(pkg, outdir, env)
-    write_index(outdir, env)
+    for name, path in sorted(debian.items()):
+        shutil.copyfile(path, os.path.join(outdir, name))
+    arches = ["all"] + sorted({deb_arch(n) for n in debian} - {"all"})
+    write_index(outdir, env, arches)
     with open(hash_path, "w", encoding="utf-8") as handle:
         handle.write(want + "\n")
     return {"built": True, "debs": names}
@@ -230,12 +303,27 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("outdir", help="apt repository directory to write")
     parser.add_argument("--force", action="store_true", help="rebuild even if inputs are unchanged")
+    parser.add_argument("--debian-cache", help="where the Debian packages of debian-packages.txt "
+                        "are downloaded (default: debian-cache next to OUTDIR)")
+    parser.add_argument("--no-download", action="store_true",
+                        help="use only what the cache holds (fails if a listed package is missing)")
     args = parser.parse_args(argv)
+    cache = args.debian_cache or os.path.join(os.path.dirname(os.path.abspath(args.outdir)),
+                                              "debian-cache")
     for tool in ("dpkg-deb", "dpkg-scanpackages"):
         if shutil.which(tool) is None:
             sys.stderr.write("build.py: %s not found; install the Debian package dpkg-dev\n" % tool)
             return 2
-    result = build_all(args.outdir, force=args.force)
+    try:
+        names = debian_names()
+        if names and not args.no_download:
+            fetched = fetch_debian(cache, names)
+            if fetched:
+                print("downloaded %s into %s" % (" ".join(fetched), cache))
+        result = build_all(args.outdir, force=args.force, debian_cache=cache)
+    except (RuntimeError, subprocess.CalledProcessError) as exc:
+        sys.stderr.write("build.py: %s\n" % exc)
+        return 1
     print("%s %d packages in %s" % ("built" if result["built"] else "up to date:",
                                      len(result["debs"]), os.path.abspath(args.outdir)))
     return 0
