@@ -138,6 +138,16 @@ class Stager(abc.ABC):
         """Copy the job's results on-prem. Raises ReturnFailed. Returns {"ref", "checksum"}
         where checksum is computed over what actually landed on-prem."""
 
+    @abc.abstractmethod
+    def ensure_image(self, job_id, image):
+        """Make the job's image present in the cloud pool's image cache.
+        image: {"name", "digest": "sha256:<hex>" of the on-prem copy, ...backend fields}.
+        Compares the on-prem digest with the cached copy's digest: equal -> outcome "cached", nothing
+        copied; absent or different -> outcome "cold_pull": copied, then the cached digest is read again
+        and must equal the on-prem one. Raises TransferInterrupted when the copy fails or does not verify.
+        Returns {"name", "outcome", "onprem_digest", "cached_digest" (before), "verified_digest" (after),
+        "bytes_sent", "pull_seconds"}."""
+
 
 # ---------------------------------------------------------------------------------------------
 # In-memory reference backend
@@ -209,6 +219,8 @@ class MemoryStorage(object):
         self.cloud_inputs = {}      # (job_id or 'shared', name) -> bytearray
         self.cloud_outputs = {}     # job_id -> bytes written by the cloud job
         self.onprem_outputs = {}    # ref -> bytes landed on-prem
+        self.onprem_images = {}     # name -> bytes (the on-prem registry copy)
+        self.image_cache = {}       # name -> bytes cached on the cloud pool
 
 
 class MemoryCloud(CloudCluster):
@@ -295,7 +307,43 @@ class MemoryStager(Stager):
         self.interrupt_next = 0     # fault: the next N transfers stop half way
         self.corrupt_next = 0       # fault: the next N returns land with a flipped byte
         self.fail_return_next = 0   # fault: the next N return copies fail
+        self.corrupt_pull_next = 0  # fault: the next N image pulls land with a flipped byte
         self.bytes_sent_total = 0
+        self.image_pulls = 0
+
+    def ensure_image(self, job_id, image):
+        name = image["name"]
+        data = self.storage.onprem_images.get(name)
+        if data is None:
+            raise TransferInterrupted("image %s of %s: no on-prem copy" % (name, job_id))
+        onprem = sha256_hex(data)
+        if image.get("digest") and image["digest"] != onprem:
+            raise TransferInterrupted("image %s: on-prem copy has digest %s, the class declares %s" % (
+                name, onprem, image["digest"]))
+        cached = self.storage.image_cache.get(name)
+        before = sha256_hex(cached) if cached is not None else None
+        out = {"name": name, "onprem_digest": onprem, "cached_digest": before, "bytes_sent": 0,
+               "pull_seconds": 0.0}
+        if before == onprem:
+            out.update(outcome="cached", verified_digest=before)
+            return out
+        landed = data
+        if self.corrupt_pull_next:
+            self.corrupt_pull_next -= 1
+            landed = bytes([data[0] ^ 0xFF]) + data[1:]
+        self.storage.image_cache[name] = landed
+        self.image_pulls += 1
+        self.bytes_sent_total += len(data)
+        after = sha256_hex(landed)
+        if after != onprem:
+            del self.storage.image_cache[name]
+            raise TransferInterrupted("image %s: cached digest %s after the pull, on-prem %s; removed" % (
+                name, after, onprem), done_bytes=0)
+        out.update(outcome="cold_pull", verified_digest=after, bytes_sent=len(data))
+        return out
+
+    def clear_image(self, name):
+        self.storage.image_cache.pop(name, None)
 
     def stage_inputs(self, job_id, inputs):
         sent = skipped = 0

@@ -9,6 +9,8 @@ Rules (issue 6, "Dispatch protocol"):
 3. A lost submission response keeps the entry held until a lookup by job-ID label tells the cloud state.
 4. Release locally only when the cloud rejected the submission or the lookup shows no Job.
 5. Returning a job to the local queue stops the cloud attempt first, so it cannot commit later.
+   Before submitting, the job's image is made present in the cloud pool's cache: cached when the
+   digests match, else a cold pull verified by digest (both digests logged).
 6. Commit only after outputs are verified by checksum; retries stay under caps.
 Every step is appended to the tracker's attempt log, labelled with the dispatch path.
 """
@@ -109,11 +111,15 @@ class Dispatcher(object):
 
     # -- entry points ---------------------------------------------------------------------------
 
-    def dispatch(self, job_id, job_class=None, spec=None, inputs=None):
-        """Hold the local entry, stage inputs, submit to the cloud. Returns a result dict."""
+    def dispatch(self, job_id, job_class=None, spec=None, inputs=None, image=None):
+        """Hold the local entry, stage inputs, ensure the image on the cloud pool, submit to the cloud.
+        image: the job's image artefact for Stager.ensure_image (also read from spec["image_artifact"]).
+        Returns a result dict."""
         spec = dict(spec or {})
         if inputs is not None:
             spec["inputs"] = inputs
+        if image is not None:
+            spec["image_artifact"] = image
         self.tr.ensure_job(job_id, job_class, self.path, spec)
         job = self.tr.job(job_id)
         if job["state"] not in (J_QUEUED, J_BACK_LOCAL):
@@ -261,10 +267,27 @@ class Dispatcher(object):
                           {"try": n, "done_bytes": exc.done_bytes, "error": str(exc)})
                 continue
             self._log(job_id, attempt_id, "stage_inputs", "verified", got)
-            return self._submit(job_id, attempt_id, spec)
-        # Nothing was submitted for this attempt, and earlier attempts were stopped before it began.
-        self.tr.set_attempt(attempt_id, state="failed", ended=True)
-        return self._release(job_id, attempt_id, "input transfer failed %d times" % self.max_transfer_tries)
+            break
+        else:
+            # Nothing was submitted for this attempt, and earlier attempts were stopped before it began.
+            self.tr.set_attempt(attempt_id, state="failed", ended=True)
+            return self._release(job_id, attempt_id, "input transfer failed %d times" % self.max_transfer_tries)
+        image = spec.get("image_artifact")
+        if image:
+            for n in range(1, self.max_transfer_tries + 1):
+                try:
+                    got = self.stager.ensure_image(job_id, image)
+                except b.TransferInterrupted as exc:
+                    self._log(job_id, attempt_id, "ensure_image", "interrupted", {"try": n, "error": str(exc)})
+                    continue
+                # both digests and the outcome (cached / cold_pull) go in the attempt log
+                self._log(job_id, attempt_id, "ensure_image", got["outcome"], got)
+                break
+            else:
+                self.tr.set_attempt(attempt_id, state="failed", ended=True)
+                return self._release(job_id, attempt_id, "image %s could not be cached on the cloud pool in %d tries"
+                                     % (image.get("name"), self.max_transfer_tries))
+        return self._submit(job_id, attempt_id, spec)
 
     def _submit(self, job_id, attempt_id, spec):
         name = cloud_job_name(job_id)

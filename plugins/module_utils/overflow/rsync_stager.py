@@ -8,6 +8,11 @@ Layout on the storage host, under `remote_root`:
     shared/MANIFEST.sha256                  sha256sum lines of the warm datasets
     jobs/<job_id>/inputs/<name>             a job's own inputs
     jobs/<job_id>/<attempt_id>/output/...   what a cloud attempt wrote
+    image-cache/<name>                      the cloud pool's image cache (one blob per image)
+Images: {"name", "path" (the on-prem blob, e.g. an OCI tarball), "digest": "sha256:<hex>" (optional,
+checked against the on-prem file)}. One SSH call reads the cached blob's sha256; equal to the on-prem
+digest -> "cached", nothing sent; absent or different -> "cold_pull": rsync --checksum, the cached
+digest is read again and must match (else the cached copy is removed and the pull fails).
 Inputs: [{"name", "path" (file on the control host), "shared": bool}].
 - Each input's sha256 is computed locally; one SSH call reads the remote manifest and the remote
   checksums; a file whose remote checksum already matches is not sent (warm shared data, or a
@@ -68,7 +73,7 @@ def parse_sha256sum(text):
 
 class RsyncStager(b.Stager):
     def __init__(self, host, ssh_key, onprem_root, remote_root="/srv/cloud-storage", user="root",
-                 ssh_port=22, timeout=600):
+                 ssh_port=22, timeout=600, image_cache=None):
         self.host = host
         self.user = user
         self.ssh_key = ssh_key
@@ -76,6 +81,7 @@ class RsyncStager(b.Stager):
         self.remote_root = remote_root.rstrip("/")
         self.onprem_root = onprem_root
         self.timeout = timeout
+        self.image_cache = (image_cache or self.remote("image-cache")).rstrip("/")
         # Drill faults (each counts down once used)
         self.interrupt_next = 0         # the next N input copies are killed part way
         self.interrupt_after = 1.5      # seconds before the kill (SSH setup included); the copy is slowed
@@ -83,6 +89,7 @@ class RsyncStager(b.Stager):
         self.corrupt_next = 0           # the next N returned outputs land with one flipped byte
         self.fail_return_next = 0       # the next N return copies fail (connection refused)
         self.last = {}
+        self.last_image = {}
 
     # -- transport ------------------------------------------------------------------------------
     def _ssh_base(self, port=None):
@@ -212,6 +219,51 @@ class RsyncStager(b.Stager):
     def warm_shared(self, name, path):
         """Put a shared dataset in cloud storage ahead of time (a scheduled refresh)."""
         return self.stage_inputs("_warm", [{"name": name, "path": path, "shared": True}])
+
+    # -- images ---------------------------------------------------------------------------------
+    def cached_image_path(self, name):
+        return "%s/%s" % (self.image_cache, name.strip("/").replace("/", "_"))
+
+    def _cached_digest(self, name):
+        dest = shlex.quote(self.cached_image_path(name))
+        res = self.ssh("mkdir -p %s; sha256sum %s 2>/dev/null; true" % (shlex.quote(self.image_cache), dest))
+        got = parse_sha256sum(res.stdout)
+        return "sha256:" + got[self.cached_image_path(name)] if self.cached_image_path(name) in got else None
+
+    def ensure_image(self, job_id, image):
+        name, path = image["name"], image.get("path")
+        if not path or not os.path.isfile(path):
+            raise b.TransferInterrupted("image %s of %s: on-prem copy %r does not exist" % (name, job_id, path))
+        onprem = "sha256:" + file_sha256(path)
+        if image.get("digest") and image["digest"] != onprem:
+            raise b.TransferInterrupted("image %s: on-prem copy %s has digest %s, the job class declares %s" % (
+                name, path, onprem, image["digest"]))
+        before = self._cached_digest(name)
+        out = {"name": name, "onprem_digest": onprem, "cached_digest": before, "bytes_sent": 0,
+               "pull_seconds": 0.0}
+        if before == onprem:
+            out.update(outcome="cached", verified_digest=before)
+            self.last_image = dict(out)
+            return out
+        t0 = time.monotonic()
+        dest = self.cached_image_path(name)
+        rc, err = self._rsync([path], "%s@%s:%s" % (self.user, self.host, dest), ["--checksum"], resume=False)
+        if rc != 0:
+            raise b.TransferInterrupted("cold pull of image %s for %s failed (rc %s): %s" % (
+                name, job_id, rc, err[-300:]))
+        after = self._cached_digest(name)
+        secs = round(time.monotonic() - t0, 4)
+        if after != onprem:
+            self.ssh("rm -f %s" % shlex.quote(dest))
+            raise b.TransferInterrupted("image %s: cached digest %s after the pull, on-prem %s; removed" % (
+                name, after, onprem))
+        out.update(outcome="cold_pull", verified_digest=after, bytes_sent=os.path.getsize(path), pull_seconds=secs)
+        self.last_image = dict(out)
+        return out
+
+    def clear_image(self, name):
+        """Drop an image from the cloud pool's cache (the next ensure_image is a cold pull)."""
+        self.ssh("rm -f %s" % shlex.quote(self.cached_image_path(name)))
 
     # -- outputs --------------------------------------------------------------------------------
     def output_dir_remote(self, job_id, attempt_id):

@@ -14,6 +14,8 @@ from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow.protocol 
 
 from ovf_world import INPUTS, Ids, World
 
+IMAGE = {"name": "overflow-job.tar"}
+
 JOBS = ["job-a", "job-b"]
 MAX_ATTEMPTS = 3
 
@@ -25,6 +27,7 @@ action = st.one_of(
                                "operator_return", "second_commit", "second_commit",
                                "gpus_free_at_dispatch", "cloud_finish_and_step"]), job),
     st.tuples(st.sampled_from(["link_down", "link_up", "drop_response", "reject_quota", "interrupt_transfer",
+                               "evict_image", "corrupt_image_pull",
                                "corrupt_result", "fail_return"]), st.just(None)),
 )
 
@@ -38,14 +41,15 @@ class Sim(object):
                                    actor="operator", max_attempts=MAX_ATTEMPTS, id_factory=ids)
         for j in JOBS:
             self.w.add(j)
+        self.w.storage.onprem_images[IMAGE["name"]] = b"image-bytes" * 100
         self.second_commit_tries = 0
 
     def do(self, name, j, data):
         w = self.w
         if name == "dispatch_policy":
-            w.disp.dispatch(j, "small-input", {}, INPUTS)
+            w.disp.dispatch(j, "small-input", {}, INPUTS, image=IMAGE)
         elif name == "dispatch_operator":
-            self.operator.dispatch(j, "large-input", {}, INPUTS)
+            self.operator.dispatch(j, "large-input", {}, INPUTS, image=IMAGE)
         elif name == "step":
             w.disp.step(j)
         elif name == "sched_start":
@@ -80,6 +84,10 @@ class Sim(object):
             w.cloud.drop_responses += 1
         elif name == "reject_quota":
             w.cloud.reject_next += 1
+        elif name == "evict_image":
+            w.stager.clear_image(IMAGE["name"])
+        elif name == "corrupt_image_pull":
+            w.stager.corrupt_pull_next += 1
         elif name == "interrupt_transfer":
             w.stager.interrupt_next += 1
         elif name == "corrupt_result":
