@@ -130,7 +130,8 @@ def test_duplicate_yaml_key_reported(tmp_path):
 
 def test_helpers(lab_file):
     bnd = b.load_boundary(lab_file("boundary.yml"))
-    assert [a["name"] for a in bnd.allowed_agents()] == ["hybridgpu-gpu-exporter", "hybridgpu-node-agent"]
+    assert [a["name"] for a in bnd.allowed_agents()] == ["hybridgpu-gpu-exporter", "hybridgpu-node-agent",
+                                                         "prometheus-node-exporter"]
     assert bnd.egress_allowlist()[0] == {"cidr": "10.213.77.1/32", "port_min": 6443,
                                          "port_max": 6443, "entry": "10.213.77.1/32:6443"}
     assert bnd.egress_allowed("10.213.77.1", 7443)
