@@ -16,6 +16,10 @@ File layout:
         gpu_type: NVIDIA A100-SXM4-80GB
         gpus: 1
         queue_wait_threshold: 30min
+    cost:                      # optional, read by load_cost() (the drill's cost section)
+      prices: {gpu_hour: 3.0, storage_gb_month: 0.02, ...}   # cost.PRICE_FIELDS
+      operator_minutes_per_move: 10                          # hands-on time per operator-driven move
+      warm_pool_gpus: 0                                      # GPUs kept idle in a warm pool
 Errors name the file and the field; unknown keys are rejected.
 """
 from __future__ import annotations
@@ -103,8 +107,10 @@ def validate(data, source="<job classes>"):
     if not isinstance(data, dict):
         raise JobClassError(["%s: top level must be a mapping with 'classes'" % source])
     for key in data:
-        if key not in ("defaults", "classes"):
-            errors.append("%s: %s: unknown key (allowed: classes, defaults)" % (source, key))
+        if key not in ("defaults", "classes", "cost"):
+            errors.append("%s: %s: unknown key (allowed: classes, cost, defaults)" % (source, key))
+    if "cost" in data:
+        _read_cost(source, data["cost"], errors)
     defaults = {}
     if "defaults" in data:
         defaults = _read_block(source, "defaults", data["defaults"], DEFAULT_FIELDS, errors, require=False)
@@ -129,6 +135,54 @@ def validate(data, source="<job classes>"):
     if errors:
         raise JobClassError(errors)
     return resolved
+
+
+COST_FIELDS = ("prices", "operator_minutes_per_move", "warm_pool_gpus")
+
+
+def _read_cost(source, block, errors):
+    from .cost import PRICE_FIELDS
+    out = {"prices": {}, "operator_minutes_per_move": 0.0, "warm_pool_gpus": 0}
+    if not isinstance(block, dict):
+        errors.append("%s: cost: must be a mapping" % source)
+        return out
+    for key in block:
+        if key not in COST_FIELDS:
+            errors.append("%s: cost.%s: unknown key (allowed: %s)" % (source, key, ", ".join(COST_FIELDS)))
+    prices = block.get("prices") or {}
+    if not isinstance(prices, dict):
+        errors.append("%s: cost.prices: must be a mapping" % source)
+        prices = {}
+    for key, value in prices.items():
+        if key not in PRICE_FIELDS:
+            errors.append("%s: cost.prices.%s: unknown price (allowed: %s)" % (source, key, ", ".join(PRICE_FIELDS)))
+        elif isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+            errors.append("%s: cost.prices.%s: must be a number of at least 0, not %r" % (source, key, value))
+        else:
+            out["prices"][key] = float(value)
+    for key in ("operator_minutes_per_move", "warm_pool_gpus"):
+        if key in block:
+            value = block[key]
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+                errors.append("%s: cost.%s: must be a number of at least 0, not %r" % (source, key, value))
+            else:
+                out[key] = value
+    return out
+
+
+def load_cost(path):
+    """The optional `cost` block of a job class file: {"prices", "operator_minutes_per_move", "warm_pool_gpus"}."""
+    import yaml
+    try:
+        with open(path) as fh:
+            data = yaml.safe_load(fh)
+    except (OSError, yaml.YAMLError) as exc:
+        raise JobClassError(["%s: cannot read: %s" % (path, exc)])
+    errors = []
+    out = _read_cost(path, (data or {}).get("cost") or {}, errors) if isinstance(data, dict) else None
+    if errors or out is None:
+        raise JobClassError(errors or ["%s: top level must be a mapping" % path])
+    return out
 
 
 def load(path):

@@ -107,8 +107,11 @@ def local_completion(remaining_wait, runtime):
 
 def cloud_completion(link_bps, runtime, input_bytes=0, output_bytes=0, dispatch=0, cloud_queue_wait=0,
                      image_bytes=0, image_cached=True, startup=0, inputs_in_cloud=False,
-                     return_link_bps=None):
+                     return_link_bps=None, image_pull_s=None):
     """Breakdown of the cloud path.
+
+    image_pull_s: a measured image pull time (seconds or unit string); when given it replaces the
+    estimate from image_bytes and the link (a cached image measures 0).
 
     inputs_in_cloud: the inputs already sit in cloud storage (shared dataset kept warm), so nothing is sent.
     image_cached: the image digest on the cloud pool matches on-prem; otherwise a cold pull of image_bytes
@@ -119,7 +122,8 @@ def cloud_completion(link_bps, runtime, input_bytes=0, output_bytes=0, dispatch=
     parts = {
         "dispatch_s": parse_duration(dispatch),
         "input_transfer_s": 0.0 if inputs_in_cloud else transfer_seconds(input_bytes, link),
-        "image_pull_s": 0.0 if image_cached else transfer_seconds(image_bytes, link),
+        "image_pull_s": (parse_duration(image_pull_s) if image_pull_s is not None
+                         else 0.0 if image_cached else transfer_seconds(image_bytes, link)),
         "startup_s": parse_duration(startup),
         "cloud_queue_wait_s": parse_duration(cloud_queue_wait),
         "runtime_s": parse_duration(runtime),

@@ -66,3 +66,27 @@ def test_unknown_price_rejected():
 def test_table():
     rows = cost.cost_table([scenario(), scenario(name="small-input", path="policy", operator_minutes=0)], PRICES)
     assert [r["path"] for r in rows] == ["operator", "policy"] and rows[1]["engineering"] == 0
+
+
+def test_cost_block_of_the_lab_job_classes_loads():
+    import os
+    from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow import jobclass
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    path = os.path.join(root, "tests", "lab", "overflow", "job_classes.yml")
+    got = jobclass.load_cost(path)
+    assert got["prices"]["gpu_hour"] > 0 and got["operator_minutes_per_move"] == 10
+    assert "small-input" in jobclass.load(path)       # the class loader accepts the cost block
+
+
+def test_cost_block_errors_name_the_field(tmp_path):
+    import pytest
+    import yaml
+    from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow import jobclass
+    f = tmp_path / "c.yml"
+    f.write_text(yaml.safe_dump({"classes": {}, "cost": {"prices": {"gpu_hours": 1, "egress_per_gb": -1},
+                                                           "warm_pool_gpus": "two", "other": 1}}))
+    with pytest.raises(jobclass.JobClassError) as exc:
+        jobclass.load_cost(str(f))
+    msg = str(exc.value)
+    assert "cost.prices.gpu_hours: unknown price" in msg and "cost.prices.egress_per_gb: must be a number" in msg
+    assert "cost.warm_pool_gpus: must be a number" in msg and "cost.other: unknown key" in msg

@@ -82,3 +82,11 @@ def test_parse_rate_rejects_zero_and_unknown():
         tm.parse_rate("0Gbps")
     with pytest.raises(tm.UnitError):
         tm.parse_rate("5 furlongs")
+
+
+def test_measured_image_pull_replaces_the_estimate():
+    from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow import timemodel as t
+    est = t.cloud_completion("5Gbps", "1h", image_bytes="25GB", image_cached=False)
+    assert abs(est["image_pull_s"] - 40.0) < 1e-9
+    got = t.cloud_completion("5Gbps", "1h", image_bytes="25GB", image_cached=False, image_pull_s=12.5)
+    assert got["image_pull_s"] == 12.5 and abs(got["total_s"] - 3612.5) < 1e-9
