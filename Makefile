@@ -54,17 +54,9 @@ conformance: venv
 integration: lab-up
 	$(BIN)/pytest tests/integration -q -m lab
 
-# Scenarios run on the lab's node image, tagged :latest for them.
+# Every role's scenario, on the lab's node image (tagged :latest by the lab), two at a time.
 molecule: lab-up
-	@img=$$(podman images --sort created --format '{{.Repository}}:{{.Tag}}' localhost/hgpu-lab-node | grep -v ':latest$$' | head -n1); \
-	  test -n "$$img" || { echo "no lab node image: run tests/lab/lab up"; exit 1; }; \
-	  podman tag "$$img" localhost/hgpu-lab-node:latest
-	@for role in $(MOLECULE_ROLES); do \
-	  echo "== molecule test: $$role"; \
-	  (cd roles/$$role && ../../$(BIN)/molecule test) || exit 1; \
-	done
-
-MOLECULE_ROLES ?= $(notdir $(patsubst %/molecule/default/,%,$(dir $(wildcard roles/*/molecule/default/molecule.yml))))
+	tests/run_molecule.sh
 
 # Quality gates: ansible-lint (production profile), offline ansible-test sanity, changelog lint.
 quality: venv
