@@ -222,3 +222,35 @@ def test_cloud_firewall_flags_all_open_then_narrows(cloud_firewall_restored):
     arts = manifest(CLOUD)["sections"]["cloud_firewall"]
     assert arts["facts"]["all_open_found"] is True
     assert {a["name"] for a in arts["artefacts"]} == {"scrape-gpu-exporter", "scrape-node-exporter"}
+
+
+def test_node_exporter_answers_on_an_onboarded_node(lab):
+    """The Debian prometheus-node-exporter (lab apt repo) runs hardened on an onboarded owned
+    node, the host firewall lets the control host scrape 9100, and the lab Prometheus sees it."""
+    import time
+    import urllib.parse
+    import urllib.request
+    name, addr = "owned-a100-1", "10.213.77.11"
+    run = playbook("--limit", name)
+    assert run.returncode == 0, run.stdout[-6000:] + run.stderr[-2000:]
+    res = ssh(name, "systemctl is-active prometheus-node-exporter; "
+                    "systemctl show -p User -p NoNewPrivileges -p ProtectSystem prometheus-node-exporter; "
+                    "nft list table inet hybridgpu")
+    assert res.stdout.split()[0] == "active", res.stdout
+    assert "User=prometheus" in res.stdout and "ProtectSystem=strict" in res.stdout
+    assert re.search(r'ip saddr 10\.213\.77\.1 tcp dport 9100 accept comment "scrape-node-exporter"', res.stdout)
+    with urllib.request.urlopen("http://%s:9100/metrics" % addr, timeout=10) as resp:
+        body = resp.read().decode()
+    assert re.search(r"^node_uname_info\{.*nodename=\"%s\"" % name, body, re.M), body[:2000]
+    kinds = set((a["kind"], a.get("name") or a.get("path")) for a in manifest(name)["sections"]["agents"]["artefacts"])
+    assert ("unit", "prometheus-node-exporter.service") in kinds
+    query = urllib.parse.urlencode({"query": 'up{job="node",Hostname="%s"}' % name})
+    value = None
+    for _ in range(30):  # one scrape interval at most
+        with urllib.request.urlopen("http://127.0.0.1:9090/api/v1/query?" + query, timeout=10) as resp:
+            result = json.load(resp)["data"]["result"]
+        value = result[0]["value"][1] if result else None
+        if value == "1":
+            break
+        time.sleep(1)
+    assert value == "1", result
