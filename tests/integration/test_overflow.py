@@ -105,6 +105,50 @@ def test_stager_resumes_skips_warm_data_and_verifies(overflow_lab, tmp_path):
         st.ssh("rm -rf %s" % st.remote_root, check=False)
 
 
+def test_image_cached_cold_pull_and_corrupted_cache(overflow_lab, tmp_path):
+    blob = tmp_path / "img.tar"
+    blob.write_bytes(os.urandom(1_500_000))
+    from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow.rsync_stager import file_sha256
+    img = {"name": "it-img.tar", "path": str(blob), "digest": "sha256:" + file_sha256(str(blob))}
+    st = RsyncStager(drill.STORAGE_HOST, overflow_lab.path("ssh", "id_ed25519"), str(tmp_path / "onprem"),
+                     remote_root="/srv/cloud-storage/it-img-%d" % os.getpid())
+    try:
+        cold = st.ensure_image("j1", img)
+        assert cold["outcome"] == "cold_pull" and cold["cached_digest"] is None
+        assert cold["verified_digest"] == img["digest"] and cold["bytes_sent"] == 1_500_000
+        warm = st.ensure_image("j2", img)
+        assert warm["outcome"] == "cached" and warm["bytes_sent"] == 0
+        st.ssh("printf X | dd of=%s bs=1 seek=7 conv=notrunc 2>/dev/null" % st.cached_image_path(img["name"]))
+        again = st.ensure_image("j3", img)
+        assert again["outcome"] == "cold_pull" and again["cached_digest"] not in (None, img["digest"])
+        assert again["verified_digest"] == img["digest"]
+        with pytest.raises(b.TransferInterrupted, match="declares"):
+            st.ensure_image("j4", dict(img, digest="sha256:" + "0" * 64))
+    finally:
+        st.ssh("rm -rf %s" % st.remote_root, check=False)
+
+
+def test_drill_report_has_image_marks_and_cost(overflow_lab, tmp_path):
+    out = tmp_path / "report"
+    rc = drill.main(["--out", str(out), "--backend", "kubernetes", "--class", "small-input", "--failure",
+                     "operator_returns_job", "--min-runs", "2", "--max-runs", "2", "--no-checkpoint"])
+    report = json.loads((out / "drill.json").read_text())
+    assert rc == 0, [(s["failure"], s["final_state"], s["notes"]) for s in report["scenarios"]]
+    outcomes = [s["image"]["outcome"] for s in report["scenarios"]]
+    assert outcomes[0] == "cold_pull" and "cached" in outcomes[1:]       # cache cleared for small-input at start
+    first = report["scenarios"][0]
+    assert first["image"]["verified_digest"] == first["image"]["onprem_digest"]
+    assert first["image"]["pull_s"] > 0
+    assert first["cloud_estimate"]["image_pull_measured_s"] == first["image"]["pull_s"]
+    assert abs(first["cloud_estimate"]["parts"]["image_pull_s"] - first["image"]["pull_s"]) < 1e-3
+    assert first["marks"]["data and image landed"] >= first["image"]["ready_at"]
+    row = report["cost"]["rows"][0]
+    assert row["operator_moves"] == 1 and row["engineering"] > 0 and row["gpu_running"] > 0
+    assert row["jobs_completed_returned"] == 2 and row["cost_per_completed_job"] == round(row["total"] / 2, 6)
+    html = (out / "drill.html").read_text()
+    assert "Image on the cloud pool" in html and "cold pull" in html and "Cost per backend and class" in html
+
+
 @pytest.mark.parametrize("backend", ["slurm", "kubernetes"])
 def test_restricted_class_never_moves(envs, backend):
     env = envs(backend)

@@ -42,7 +42,9 @@ from linkproxy import LinkProxy  # noqa: E402
 from ansible_collections.hybridgpu.fleet.plugins.module_utils import k8s  # noqa: E402
 from ansible_collections.hybridgpu.fleet.plugins.module_utils import records  # noqa: E402
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow import backends as b  # noqa: E402
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow import cost as costmod  # noqa: E402
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow import drillstats, jobclass, trigger  # noqa: E402
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow import timemodel as tm  # noqa: E402
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow.dispatch_run import cloud_spec  # noqa: E402
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow.k8s_backend import (  # noqa: E402
     K8sCloudCluster, K8sLocalQueue, product_label, GPU_PRODUCT)
@@ -56,6 +58,8 @@ JOB_SCRIPT = os.path.join(HERE, "ovfjob.py")
 SLURM_HOST = "10.213.77.5"
 STORAGE_HOST = "10.213.77.30"
 REMOTE_ROOT = "/srv/cloud-storage/drill"
+IMAGE_SIZE = 3_000_000      # bytes of each class's emulated image blob (deterministic content)
+COLD_CLASS = "small-input"  # its image is evicted from the cloud pool's cache at drill start: one cold pull
 A100 = "NVIDIA A100-SXM4-80GB"
 POOL = {"hybridgpu.io/overflow-lab-pool": "local"}
 TAINT_KEY = "hybridgpu.io/overflow-lab"
@@ -128,7 +132,32 @@ class Env(object):
                                        tolerations=TOL)
             self.local.ensure_namespace()
         self.inputs = self._make_inputs()
+        self.images = self._make_images()
+        # one cold pull per drill: the first job of COLD_CLASS finds the cache empty, later ones find it cached
+        self.stager.clear_image(self.images[COLD_CLASS]["name"])
         self.fill_site()
+
+    def _make_images(self):
+        """Emulated images (the lab runs pods as processes): one deterministic blob per class in on-prem
+        storage, named with its sha256 digest, like an OCI archive pulled by digest."""
+        import hashlib
+        d = os.path.join(self.workdir, "images")
+        os.makedirs(d, exist_ok=True)
+        out = {}
+        for cls in list(MOVABLE) + ["restricted"]:
+            path = os.path.join(d, "overflow-job-%s.tar" % cls)
+            if not os.path.exists(path) or os.path.getsize(path) != IMAGE_SIZE:
+                blob = bytearray()
+                n = 0
+                while len(blob) < IMAGE_SIZE:
+                    blob += hashlib.sha256(("overflow-image:%s:%d" % (cls, n)).encode()).digest()
+                    n += 1
+                with open(path, "wb") as fh:
+                    fh.write(bytes(blob[:IMAGE_SIZE]))
+            h = hashlib.sha256(open(path, "rb").read()).hexdigest()
+            out[cls] = {"name": os.path.basename(path), "path": path, "digest": "sha256:" + h,
+                        "size": IMAGE_SIZE}
+        return out
 
     def _make_inputs(self):
         d = os.path.join(self.workdir, "inputs")
@@ -278,7 +307,7 @@ def run_scenario(env, cls, failure, run=1):
             env.stager.fail_return_next = 1
         elif failure == "local_gpus_free":
             restore.append(free_local_gpus(env, job_id))
-        outcome = d.dispatch(job_id, cls, spec=spec, inputs=env.inputs[cls])
+        outcome = d.dispatch(job_id, cls, spec=spec, inputs=env.inputs[cls], image=env.images[cls])
         notes.append("dispatch: %s (%s)" % (outcome["outcome"], outcome["reason"]))
         for fn in restore:
             fn()
@@ -287,7 +316,7 @@ def run_scenario(env, cls, failure, run=1):
             res = d.step(job_id)        # link back: the lookup decides
             notes.append("after the link came back: %s (%s)" % (res["outcome"], res["reason"]))
             if env.tracker.job(job_id)["state"] == "back_local":
-                res = d.dispatch(job_id, cls, spec=spec, inputs=env.inputs[cls])
+                res = d.dispatch(job_id, cls, spec=spec, inputs=env.inputs[cls], image=env.images[cls])
                 notes.append("dispatched again: %s" % res["outcome"])
         if failure == "cloud_node_lost":
             node = wait("the cloud run to start", lambda: cloud_node_of(env, job_id), 60)
@@ -331,8 +360,10 @@ def run_scenario(env, cls, failure, run=1):
         ok = ok and local_state in (b.Q_QUEUED, b.Q_RUNNING, b.Q_DONE)
     ok = ok and (leftover is None or leftover.phase not in b.LIVE_PHASES)
     staged = log_time(trace, "stage_inputs", "verified")
+    image = image_of(trace)
+    landed = max(x for x in (staged, image and image["ready_at"]) if x) if (staged or image) else None
     commit = trace["commit"]
-    marks_out = {"started waiting": marks.get("started waiting"), "data and image landed": staged,
+    marks_out = {"started waiting": marks.get("started waiting"), "data and image landed": landed,
                  "started on cloud GPUs": marks.get("cloud GPUs") or log_time(trace, "submit", "created"),
                  "finished": log_time(trace, "fetch_outputs"), "results back": commit["committed_at"] if commit else None}
     stage_log = [e for a in trace["attempts"] for e in a["log"] if e["step"] == "stage_inputs" and e["result"] == "verified"]
@@ -348,10 +379,117 @@ def run_scenario(env, cls, failure, run=1):
             "local_state": local_state, "commit_count": trace["commit_count"], "pass": bool(ok),
             "explained": trace["verdict"], "notes": notes, "marks": marks_out, "staging": staging,
             "queue_s": (staged - marks["started waiting"]) if staged else None,
-            "transfer_s": staging.get("seconds"), "reference": reference,
+            "transfer_s": staging.get("seconds"), "reference": reference, "image": image,
+            "cloud_estimate": cloud_estimate(env.classes[cls], staging, image),
+            "measured_total_s": (commit["committed_at"] - marks["started waiting"]) if commit else None,
+            "cost_inputs": cost_inputs(env, trace, staging, staged, commit),
             "attempts": [{k: a[k] for k in ("attempt_id", "seq", "state", "resources", "started_at", "ended_at")}
                          for a in trace["attempts"]],
             "rejected_commits": [r["reason"] for r in trace["rejected_commits"]]}
+
+
+def _detail(entry):
+    d = entry.get("detail")
+    if isinstance(d, str):
+        try:
+            return json.loads(d)
+        except ValueError:
+            return {"text": d}
+    return d or {}
+
+
+def image_of(trace):
+    """The last image check of the job (cached or cold pull) with both digests, from the attempt log."""
+    got = None
+    for a in trace["attempts"]:
+        for e in a["log"]:
+            if e["step"] == "ensure_image" and e["result"] in ("cached", "cold_pull"):
+                d = _detail(e)
+                got = {"outcome": e["result"], "onprem_digest": d.get("onprem_digest"),
+                       "cached_digest": d.get("cached_digest"), "verified_digest": d.get("verified_digest"),
+                       "pull_s": d.get("pull_seconds"), "bytes_sent": d.get("bytes_sent"), "ready_at": e["at"],
+                       "attempt_id": a["attempt_id"]}
+    return got
+
+
+def cloud_estimate(cls, staging, image):
+    """The time model's cloud completion for this class, with the measured image pull fed in
+    (the model's own estimate is kept next to it for comparison)."""
+    kw = dict(link_bps=cls["link_bps"], runtime=cls.get("cloud_runtime") or cls["typical_runtime"],
+              input_bytes=staging.get("bytes_sent", cls["input_size"]), output_bytes=cls["output_size"],
+              dispatch=cls["dispatch"], cloud_queue_wait=cls["cloud_queue_wait"], startup=cls["startup"],
+              image_bytes=IMAGE_SIZE, image_cached=bool(image and image["outcome"] == "cached"),
+              return_link_bps=cls.get("return_link_bps"))
+    modelled = tm.cloud_completion(**kw)
+    measured = tm.cloud_completion(image_pull_s=(image or {}).get("pull_s") or 0.0, **kw)
+    return {"total_s": round(measured["total_s"], 3), "parts": {k: round(v, 3) for k, v in measured.items()},
+            "image_pull_measured_s": measured["image_pull_s"], "image_pull_modelled_s": round(modelled["image_pull_s"], 3),
+            "image_outcome": image and image["outcome"]}
+
+
+def cost_inputs(env, trace, staging, staged_at, commit):
+    """What the drill measured for the cost row: GPU time of each cloud attempt (retries flagged),
+    bytes in (inputs + image pulls) and out (results), staged data and how long it stayed."""
+    runs = []
+    in_bytes = 0
+    for a in trace["attempts"]:
+        start = None
+        for e in a["log"]:
+            if e["step"] == "stage_inputs" and e["result"] == "verified":
+                in_bytes += _detail(e).get("bytes_sent", 0)
+            if e["step"] == "ensure_image" and e["result"] == "cold_pull":
+                in_bytes += _detail(e).get("bytes_sent", 0)
+            if start is None and e["step"] in ("submit", "adopt") and e["result"] in ("created", "adopted"):
+                start = e["at"]
+        if start is None:
+            continue            # never ran on cloud GPUs (rejected, not created, abandoned)
+        end = a["ended_at"] or (a["log"][-1]["at"] if a["log"] else start)
+        runs.append({"gpus": int(env.classes[trace["job"]["job_class"]]["gpus"]),
+                     "seconds": max(0.0, end - start), "retry": a["state"] != "committed"})
+    out_bytes = 0
+    if commit and commit.get("output_ref") and os.path.isdir(commit["output_ref"]):
+        for dirpath, _, files in os.walk(commit["output_ref"]):
+            out_bytes += sum(os.path.getsize(os.path.join(dirpath, f)) for f in files)
+    kept = staging.get("bytes_sent", 0) + staging.get("bytes_skipped", 0)
+    stay = (commit["committed_at"] - staged_at) if (commit and staged_at) else 0.0
+    return {"runs": runs, "in_bytes": in_bytes, "out_bytes": out_bytes,
+            "storage": [{"bytes": kept, "seconds": max(0.0, stay)}] if kept else [],
+            "dispatched": bool(runs), "completed_returned": bool(commit)}
+
+
+def cost_section(report, classes_file):
+    """One cost row per backend and class from the drill's measured times (cost.scenario_row)."""
+    conf = jobclass.load_cost(classes_file)
+    rows = []
+    groups = {}
+    for s in report["scenarios"]:
+        groups.setdefault((s["backend"], s["job_class"]), []).append(s)
+    for (backend, cls), items in sorted(groups.items()):
+        ci = [s["cost_inputs"] for s in items]
+        wall = sum((s["marks"]["results back"] or s["marks"]["started waiting"]) - s["marks"]["started waiting"]
+                   for s in items if s["marks"]["started waiting"])
+        busy = sum(r["seconds"] * r["gpus"] for c in ci for r in c["runs"])
+        pool = conf["warm_pool_gpus"]
+        moves = sum(1 for s in items if s["path"] == "operator")
+        scenario = {
+            "name": "%s/%s" % (backend, cls), "path": "policy+operator" if moves else "policy",
+            "jobs_dispatched": sum(1 for c in ci if c["dispatched"]),
+            "jobs_completed_returned": sum(1 for c in ci if c["completed_returned"]),
+            "runs": [r for c in ci for r in c["runs"]],
+            "warm_pool": [{"gpus": 1, "seconds": max(0.0, pool * wall - busy)}] if pool else [],
+            "storage": [x for c in ci for x in c["storage"]],
+            "transfer": {"in_bytes": sum(c["in_bytes"] for c in ci), "out_bytes": sum(c["out_bytes"] for c in ci)},
+            "operator_minutes": moves * conf["operator_minutes_per_move"],
+        }
+        row = costmod.scenario_row(scenario, conf["prices"])
+        row.update(backend=backend, job_class=cls, operator_moves=moves, runs=len(scenario["runs"]),
+                   retries=sum(1 for r in scenario["runs"] if r["retry"]), in_bytes=scenario["transfer"]["in_bytes"],
+                   out_bytes=scenario["transfer"]["out_bytes"])
+        rows.append(row)
+    return {"prices": conf["prices"], "operator_minutes_per_move": conf["operator_minutes_per_move"],
+            "warm_pool_gpus": conf["warm_pool_gpus"], "source": classes_file, "rows": rows,
+            "rule": "GPU time billed per started minute per GPU; retries = GPU time of attempts that did not commit; "
+                    "engineering = operator-path moves x operator_minutes_per_move; total / jobs completed and returned"}
 
 
 def free_local_gpus(env, job_id):
@@ -415,7 +553,7 @@ def checkpoint_drill(env):
                       {"command": env.template(extra=["--steps", "120", "--stop-at", "60"])["command"]},
                       env.inputs["small-input"])
     # later --steps wins in argparse: 120 steps planned, stopped at 60
-    d.dispatch(job_id, "small-input", spec=spec, inputs=env.inputs["small-input"])
+    d.dispatch(job_id, "small-input", spec=spec, inputs=env.inputs["small-input"], image=env.images["small-input"])
     cj = wait("the cloud attempt to stop part way", lambda: (lambda j: j if j and j.phase in (
         b.SUCCEEDED, b.FAILED) else None)(env.cloud.find_by_job_id(job_id)), 90)
     got = env.stager.fetch_outputs(job_id, cj)
@@ -480,8 +618,8 @@ def render_html(report):
     for c in report["controls"]:
         out.append("<tr><td>%s</td><td>%s</td><td class='%s'>%s</td></tr>" % (
             e(c["backend"]), e(c["path"]), "ok" if c["pass"] else "bad", e(c["reason"])))
-    out.append("</table><h2>Timeline: the five marks per job</h2><table><tr><th>job</th>%s</tr>" % "".join(
-        "<th>%s</th>" % e(m) for m in MARKS))
+    out.append("</table><h2>Timeline: the five marks per job</h2><table><tr><th>job</th>%s<th>image</th></tr>"
+               % "".join("<th>%s</th>" % e(m) for m in MARKS))
     for s in report["scenarios"]:
         t0 = s["marks"]["started waiting"]
         cells = []
@@ -492,8 +630,36 @@ def render_html(report):
             else:
                 cells.append("<td>+%.1fs <span class='bar' style='width:%dpx'></span></td>" % (
                     v - t0, max(1, min(300, int((v - t0) * 4)))))
-        out.append("<tr><td>%s</td>%s</tr>" % (e(s["job_id"]), "".join(cells)))
-    out.append("</table><h2>Spread of transfer and queue times</h2><table><tr><th>backend</th><th>class</th>"
+        out.append("<tr><td>%s</td>%s<td>%s</td></tr>" % (e(s["job_id"]), "".join(cells), e(image_cell(s.get("image")))))
+    out.append("</table><h2>Image on the cloud pool</h2><table><tr><th>job</th><th>outcome</th>"
+               "<th>on-prem digest</th><th>cached digest before</th><th>after</th><th>pull (s, measured)</th>"
+               "<th>cloud completion (model, measured pull)</th><th>measured (waiting to results back)</th></tr>")
+    for s in report["scenarios"]:
+        im = s.get("image") or {}
+        est = s.get("cloud_estimate") or {}
+        out.append("<tr><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td></tr>" % (
+            e(s["job_id"]), e(im.get("outcome") or "-"), e(im.get("onprem_digest") or "-"),
+            e(im.get("cached_digest") or "absent"), e(im.get("verified_digest") or "-"),
+            e("%.3f" % im["pull_s"] if im.get("pull_s") is not None else "-"),
+            e(tm.human(est["total_s"]) if est.get("total_s") is not None else "-"),
+            e(tm.human(s["measured_total_s"]) if s.get("measured_total_s") is not None else "-")))
+    out.append("</table>")
+    cs = report.get("cost")
+    if cs:
+        cols = ("gpu_running", "gpu_retries", "gpu_warm_pool", "storage", "network", "engineering",
+                "prepaid_commitment", "total", "jobs_completed_returned", "cost_per_completed_job")
+        out.append("<h2>Cost per backend and class</h2><p>%s. Prices from %s: %s; operator minutes per move %s; "
+                   "warm pool GPUs %s.</p><table><tr><th>backend</th><th>class</th><th>billing</th><th>runs</th>"
+                   "<th>retries</th><th>operator moves</th><th>bytes in</th><th>bytes out</th>%s</tr>" % (
+                       e(cs["rule"]), e(cs["source"]), e(cs["prices"]), e(cs["operator_minutes_per_move"]),
+                       e(cs["warm_pool_gpus"]), "".join("<th>%s</th>" % e(c) for c in cols)))
+        for r in cs["rows"]:
+            out.append("<tr><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td>%s</tr>"
+                       % (e(r["backend"]), e(r["job_class"]), e(r["billing"]), e(r["runs"]), e(r["retries"]),
+                          e(r["operator_moves"]), e(r["in_bytes"]), e(r["out_bytes"]),
+                          "".join("<td>%s</td>" % e(r[c]) for c in cols)))
+        out.append("</table>")
+    out.append("<h2>Spread of transfer and queue times</h2><table><tr><th>backend</th><th>class</th>"
                "<th>runs</th><th>stopping rule</th><th>verdict</th><th>spreads (IQR, s)</th></tr>")
     for sp in report["spread"]:
         v = sp["verdict"] or {}
@@ -509,6 +675,14 @@ def render_html(report):
                                            e(ck["comparison"]["max_abs_diff"]), e(ck["tolerance"])))
     out.append("</body></html>")
     return "\n".join(out) + "\n"
+
+
+def image_cell(im):
+    if not im:
+        return "-"
+    if im["outcome"] == "cached":
+        return "cached (%s)" % (im["onprem_digest"] or "")[:19]
+    return "cold pull %.2fs (%s)" % (im.get("pull_s") or 0.0, (im["onprem_digest"] or "")[:19])
 
 
 MARKS = ("started waiting", "data and image landed", "started on cloud GPUs", "finished", "results back")
@@ -552,7 +726,7 @@ def main(argv=None):
     a = p.parse_args(argv)
     tag = "%x" % int(time.time() * 10 % 0xFFFFFF)
     report = {"generated": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "scenarios": [], "controls": [],
-              "spread": [], "checkpoint": None}
+              "spread": [], "checkpoint": None, "cost": None}
     for backend in a.backend or ["slurm", "kubernetes"]:
         env = Env(backend, os.path.join(a.out, backend), tag)
         try:
@@ -573,6 +747,7 @@ def main(argv=None):
                 report["checkpoint"] = checkpoint_drill(env)
         finally:
             env.close()
+    report["cost"] = cost_section(report, CLASSES_FILE) if report["scenarios"] else None
     report["pass"] = all(s["pass"] for s in report["scenarios"]) and all(c["pass"] for c in report["controls"]) and \
         (report["checkpoint"] is None or report["checkpoint"]["pass"])
     files = write_report(a.out, report)
