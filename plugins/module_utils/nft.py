@@ -187,6 +187,15 @@ def render(spec):
             # numbers, not names: /etc/protocols may be missing on minimal images
             "    meta l4proto { 1, 58 } accept",
         ]
+        # Replies of the management SSH by port, not only by conntrack state: a session opened
+        # before conntrack tracked this namespace (the first ct rule loads it) is picked up
+        # mid-stream as "new", and dropping its replies would stall the very connection that
+        # applies this table until the rollback timer fires.
+        v4, v6 = _split(s["management_sources"])
+        for fam, nets in (("ip", v4), ("ip6", v6)):
+            if nets:
+                lines.append('    %s daddr %s tcp sport %d accept comment "management-ssh-replies"'
+                             % (fam, _addr_expr(nets), s["ssh_port"]))
         for rule in s["egress"]["allow"]:
             v4, v6 = _split(rule["dest"])
             for fam, nets in (("ip", v4), ("ip6", v6)):

@@ -28,6 +28,8 @@ def test_render_is_accepted_by_nft():
     assert 'ip saddr 10.213.77.0/28 tcp dport { 22222, 40000-40100 } accept comment "nccl"' in text
     assert 'ip6 saddr fd00::/64 tcp dport { 22222, 40000-40100 } accept comment "nccl"' in text
     assert 'ip daddr 10.213.77.1/32 tcp dport { 6443, 7443 } accept comment "api"' in text
+    # replies of the management SSH pass the output chain even when picked up mid-stream
+    assert 'ip daddr 10.213.77.1/32 tcp sport 22 accept comment "management-ssh-replies"' in text
     # frag-needed (destination-unreachable) and packet-too-big stay open for PMTU discovery
     assert "destination-unreachable" in text and "packet-too-big" in text
     res = nft_check(text)
