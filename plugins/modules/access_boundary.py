@@ -19,6 +19,9 @@ description:
     security owner); an unsigned boundary holds the nodes it covers in M(hybridgpu.fleet.compat_matrix).
   - Returns the helpers later work relies on, the allowed agents, the egress allowlist, and
     approvers and approval needs per action.
+extends_documentation_fragment:
+  - hybridgpu.fleet.attributes
+  - hybridgpu.fleet.attributes.read_only
 options:
   path:
     description: Path of the boundary YAML file on the host the module runs on.
@@ -31,14 +34,8 @@ options:
     description: Fail when the boundary is unsigned.
     type: bool
     default: false
-attributes:
-  check_mode:
-    support: full
-    description: Reads only.
-  diff_mode:
-    support: none
 author:
-  - hybridgpu.fleet maintainers
+  - hybridgpu.fleet maintainers (@hybridgpu)
 """
 
 EXAMPLES = r"""

@@ -17,6 +17,8 @@ description:
   - With O(state=verified) checks the whole chain and fails naming the first bad entry.
   - Returns C(journal_line), the text roles send to the node's journal with
     C(logger -t hybridgpu-audit).
+extends_documentation_fragment:
+  - hybridgpu.fleet.attributes
 options:
   path:
     description: Audit log file (created with mode 0640 when missing).
@@ -65,11 +67,11 @@ options:
 attributes:
   check_mode:
     support: full
-    description: Reports the entry that would be appended without writing it.
+    details: Reports the entry that would be appended without writing it.
   diff_mode:
     support: none
 author:
-  - hybridgpu.fleet maintainers
+  - hybridgpu.fleet maintainers (@hybridgpu)
 """
 
 EXAMPLES = r"""

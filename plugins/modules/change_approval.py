@@ -21,6 +21,8 @@ description:
     and (when C(executor) is given) that the executor may perform the action.
   - Fails with every missing piece named; run it before the first change of a playbook.
   - The record and signature may be files (CLI) or inline text (AWX extra vars). Nothing prompts.
+extends_documentation_fragment:
+  - hybridgpu.fleet.attributes
 options:
   boundary:
     description: Path of the access boundary YAML (see M(hybridgpu.fleet.access_boundary)).
@@ -56,7 +58,7 @@ options:
 attributes:
   check_mode:
     support: full
-    description: Reads only; the same checks run in check mode.
+    details: Reads only; the same checks run in check mode.
   diff_mode:
     support: none
 requirements:
@@ -65,7 +67,7 @@ notes:
   - The signature covers exact bytes. Inline record text that lost only its final newline is
     accepted; any other change fails the signature.
 author:
-  - hybridgpu.fleet maintainers
+  - hybridgpu.fleet maintainers (@hybridgpu)
 """
 
 EXAMPLES = r"""

@@ -13,8 +13,11 @@ description:
   - Compares on-prem ranges (node, pod, service, management) with cloud VPC and subnet ranges,
     IPv4 and IPv6, and returns every overlapping pair with its relation (equal, contains,
     contained_by, partial). Adjacent ranges do not overlap.
-  - Uses a sort-and-sweep over the ranges (O(n log n + k)), so 10,000 ranges stay fast.
+  - Uses a sort-and-sweep over the ranges (C(O(n log n + k))), so 10,000 ranges stay fast.
   - Pure computation; it changes nothing.
+extends_documentation_fragment:
+  - hybridgpu.fleet.attributes
+  - hybridgpu.fleet.attributes.read_only
 options:
   onprem:
     description: On-prem ranges, each C({name, cidr, kind}); C(kind) is free text such as V(node), V(pod), V(service), V(management).
@@ -34,14 +37,8 @@ options:
     description: Fail the task when any pair overlaps.
     type: bool
     default: false
-attributes:
-  check_mode:
-    support: full
-    description: Computes only.
-  diff_mode:
-    support: none
 author:
-  - hybridgpu.fleet maintainers
+  - hybridgpu.fleet maintainers (@hybridgpu)
 """
 
 EXAMPLES = r"""

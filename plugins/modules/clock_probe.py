@@ -21,6 +21,8 @@ description:
     chrony and timedatectl parsers) and reports whether the node's time sync is established.
   - The responder answers only this module's datagrams, binds only the given address, and exits
     when O(expect_clients) nodes said goodbye or after O(serve_seconds).
+extends_documentation_fragment:
+  - hybridgpu.fleet.attributes
 options:
   mode:
     description:
@@ -67,11 +69,11 @@ options:
 attributes:
   check_mode:
     support: full
-    description: Only exchanges timestamps and reads status; the same in check mode.
+    details: Only exchanges timestamps and reads status; the same in check mode.
   diff_mode:
     support: none
 author:
-  - hybridgpu.fleet maintainers
+  - hybridgpu.fleet maintainers (@hybridgpu)
 """
 
 EXAMPLES = r"""
@@ -101,13 +103,20 @@ clock:
       timedatectl, synchronised, sources), elapsed_ms and evidence.
   returned: success
   type: dict
-  sample: {observed: open, verdict: pass, offset_ms: 0.021, rtt_ms: 0.09, evidence: "offset +0.021 ms (rtt 0.090 ms, best of 8, 0 lost); synchronised=True via chrony"}
+  sample:
+    observed: open
+    verdict: pass
+    offset_ms: 0.021
+    rtt_ms: 0.09
+    evidence: "offset +0.021 ms (rtt 0.090 ms, best of 8, 0 lost); synchronised=True via chrony"
 served:
   description: O(mode=serve) only. requests answered, clients that said goodbye, complete, stopped.
   returned: success
   type: dict
 record_rows:
-  description: The results as probe rows (id C(clock:<id>), source, destination, observed, verdict, elapsed_ms, evidence) for M(hybridgpu.fleet.preflight_record).
+  description:
+    - The results as probe rows (id C(clock:<id>), source, destination, observed, verdict,
+      elapsed_ms, evidence) for M(hybridgpu.fleet.preflight_record).
   returned: success
   type: list
   elements: dict

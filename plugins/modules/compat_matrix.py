@@ -18,6 +18,9 @@ description:
   - Proposes the first validation wave (one unheld node per owned row plus a rehearsal spare)
     and lists nodes held for a later wave with their reasons.
   - Pure computation on the control host; it changes nothing.
+extends_documentation_fragment:
+  - hybridgpu.fleet.attributes
+  - hybridgpu.fleet.attributes.read_only
 options:
   nodes:
     description:
@@ -71,14 +74,8 @@ options:
     description: Fail the task when a rule of severity error is violated.
     type: bool
     default: false
-attributes:
-  check_mode:
-    support: full
-    description: Computes only; the same result in check mode.
-  diff_mode:
-    support: none
 author:
-  - hybridgpu.fleet maintainers
+  - hybridgpu.fleet maintainers (@hybridgpu)
 """
 
 EXAMPLES = r"""

@@ -20,6 +20,9 @@ description:
     uses the address the site's traffic really arrives from (O(site_arrival)).
   - Fails, naming the node and file, when no management SSH path reaches an owned node
     (a firewall would cut the management path).
+extends_documentation_fragment:
+  - hybridgpu.fleet.attributes
+  - hybridgpu.fleet.attributes.read_only
 options:
   node:
     description: Node name as listed in the path table's C(hosts).
@@ -64,15 +67,8 @@ options:
     description: Path table group of the site's hosts.
     type: str
     default: owned
-attributes:
-  check_mode:
-    support: full
-    description: Only reads.
-  diff_mode:
-    support: none
-    description: Changes nothing.
 author:
-  - hybridgpu.fleet maintainers
+  - hybridgpu.fleet maintainers (@hybridgpu)
 """
 
 EXAMPLES = r"""

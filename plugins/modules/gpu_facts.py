@@ -29,7 +29,11 @@ description:
   - Commands run with C(LANG=C). The module only reads, so it runs in check mode too.
 version_added: "0.1.0"
 author:
-  - hybridgpu.fleet contributors
+  - hybridgpu.fleet maintainers (@hybridgpu)
+extends_documentation_fragment:
+  - hybridgpu.fleet.attributes
+  - hybridgpu.fleet.attributes.read_only
+  - hybridgpu.fleet.attributes.facts
 options:
   nvidia_smi_path:
     description:
@@ -40,14 +44,6 @@ options:
       - Read the CUDA version (one more C(nvidia-smi) run in the same module invocation).
     type: bool
     default: true
-attributes:
-  check_mode:
-    support: full
-    details: The module only reads; it runs the same in check mode.
-  diff_mode:
-    support: none
-  facts:
-    support: full
 notes:
   - Facts are returned as C(ansible_facts.hybridgpu_gpu), so later plays can read them from C(hostvars).
   - The parsers live in C(hybridgpu.fleet.plugins.module_utils.nvidia_smi) and are tested against real
@@ -298,7 +294,7 @@ def node_section(node):
             facts["agent"] = {"kind": "kubelet", "version": parse_version(out)}
     if facts["agent"] is None and node.which("dpkg-query"):
         rc, out, err = node.exec(["dpkg-query", "-W", "-f=${Status}|${Version}", "hybridgpu-node-agent"])
-        status, _, version = out.strip().partition("|")
+        status, dummy, version = out.strip().partition("|")
         if rc == 0 and status.endswith(" installed") and version:
             facts["agent"] = {"kind": "hybridgpu-node-agent", "version": version}
     return facts
@@ -337,7 +333,7 @@ def main():
     def run(argv):
         return module.run_command(argv, environ_update={"LANG": "C", "LC_ALL": "C"})
 
-    node = NodeAccess(run=run, which=lambda name: module.get_bin_path(name),
+    node = NodeAccess(run=run, which=module.get_bin_path,
                       read_file=_read_file, uname=os.uname)
     try:
         facts = collect(node, smi_path=smi_path, query_cuda=module.params["query_cuda"])

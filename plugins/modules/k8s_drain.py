@@ -24,6 +24,7 @@ description:
     The module never deletes a Node.
   - V(cordoned) and V(uncordoned) only set C(spec.unschedulable).
 extends_documentation_fragment:
+  - hybridgpu.fleet.attributes
   - hybridgpu.fleet.k8s_auth
 options:
   name:
@@ -62,14 +63,14 @@ options:
 attributes:
   check_mode:
     support: full
-    description: Lists what would be evicted, skipped and what blocks; changes nothing.
+    details: Lists what would be evicted, skipped and what blocks; changes nothing.
   diff_mode:
     support: none
 notes:
   - A drain's cordon is part of the drain; to keep the Node out of service after a failed
     drain, cordon it first with V(cordoned) (the failed drain then leaves it cordoned).
 author:
-  - hybridgpu.fleet maintainers
+  - hybridgpu.fleet maintainers (@hybridgpu)
 """
 
 EXAMPLES = r"""

@@ -19,6 +19,7 @@ description:
     started earlier with I(wait=none)).
   - The Job is deleted afterwards when I(cleanup=true).
 extends_documentation_fragment:
+  - hybridgpu.fleet.attributes
   - hybridgpu.fleet.k8s_auth
 options:
   name:
@@ -88,12 +89,12 @@ options:
 attributes:
   check_mode:
     support: full
-    description: Reports that a Job would be created or deleted; creates nothing and waits for nothing.
+    details: Reports that a Job would be created or deleted; creates nothing and waits for nothing.
   diff_mode:
     support: none
-    description: A Job is created whole; there is nothing meaningful to diff.
+    details: A Job is created whole; there is nothing meaningful to diff.
 author:
-  - hybridgpu.fleet maintainers
+  - hybridgpu.fleet maintainers (@hybridgpu)
 """
 
 EXAMPLES = r"""

@@ -14,6 +14,8 @@ description:
     readiness, schedulability, labels, taints, GPU capacity and versions.
   - Read-only; runs the same in check mode.
 extends_documentation_fragment:
+  - hybridgpu.fleet.attributes
+  - hybridgpu.fleet.attributes.read_only
   - hybridgpu.fleet.k8s_auth
 options:
   name:
@@ -24,15 +26,8 @@ options:
     description:
       - Label selector, for example C(hybridgpu.io/side=owned).
     type: str
-attributes:
-  check_mode:
-    support: full
-    description: Only reads.
-  diff_mode:
-    support: none
-    description: Changes nothing, so there is nothing to diff.
 author:
-  - hybridgpu.fleet maintainers
+  - hybridgpu.fleet maintainers (@hybridgpu)
 """
 
 EXAMPLES = r"""

@@ -22,6 +22,7 @@ description:
   - Writes one JSON merge patch carrying the Node's resourceVersion; on a conflict (HTTP
     409) the Node is read again and the change is planned again.
 extends_documentation_fragment:
+  - hybridgpu.fleet.attributes
   - hybridgpu.fleet.k8s_auth
 options:
   name:
@@ -51,12 +52,12 @@ options:
 attributes:
   check_mode:
     support: full
-    description: Reads the Node and reports what would change without writing.
+    details: Reads the Node and reports what would change without writing.
   diff_mode:
     support: full
-    description: Before and after list the managed labels and taints, one per line.
+    details: Before and after list the managed labels and taints, one per line.
 author:
-  - hybridgpu.fleet maintainers
+  - hybridgpu.fleet maintainers (@hybridgpu)
 """
 
 EXAMPLES = r"""

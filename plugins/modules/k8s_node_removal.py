@@ -17,6 +17,7 @@ description:
   - V(token_refused) tries the kept token against O(server) and succeeds only on 401.
   - V(placement_removed) removes the given labels and taints when the Node still exists.
 extends_documentation_fragment:
+  - hybridgpu.fleet.attributes
   - hybridgpu.fleet.k8s_auth
 options:
   state:
@@ -54,11 +55,11 @@ options:
 attributes:
   check_mode:
     support: full
-    description: Reports what would be deleted; V(token_refused) runs for real (read-only).
+    details: Reports what would be deleted; V(token_refused) runs for real (read-only).
   diff_mode:
     support: none
 author:
-  - hybridgpu.fleet maintainers
+  - hybridgpu.fleet maintainers (@hybridgpu)
 """
 
 EXAMPLES = r"""

@@ -16,6 +16,8 @@ description:
     so a caller can record "never rejoined" as a finding.
   - Read-only.
 extends_documentation_fragment:
+  - hybridgpu.fleet.attributes
+  - hybridgpu.fleet.attributes.read_only
   - hybridgpu.fleet.k8s_auth
 options:
   name:
@@ -39,15 +41,8 @@ options:
     description: Fail when the status was not reached.
     type: bool
     default: false
-attributes:
-  check_mode:
-    support: full
-    description: Only reads.
-  diff_mode:
-    support: none
-    description: Changes nothing.
 author:
-  - hybridgpu.fleet maintainers
+  - hybridgpu.fleet maintainers (@hybridgpu)
 """
 
 EXAMPLES = r"""

@@ -20,6 +20,8 @@ description:
   - ICMP sends echo requests with C(ping) (parsed by the collection's ping parser) and is
     V(open) when a reply comes back.
   - Results are keyed by probe id in the shape M(hybridgpu.fleet.path_table) takes as C(results).
+extends_documentation_fragment:
+  - hybridgpu.fleet.attributes
 options:
   probes:
     description:
@@ -40,11 +42,11 @@ options:
 attributes:
   check_mode:
     support: full
-    description: Only sends probe traffic; the same in check mode.
+    details: Only sends probe traffic; the same in check mode.
   diff_mode:
     support: none
 author:
-  - hybridgpu.fleet maintainers
+  - hybridgpu.fleet maintainers (@hybridgpu)
 """
 
 EXAMPLES = r"""

@@ -21,6 +21,8 @@ description:
     O(control_address), the address the control host connects from.
   - The canonical listing of what was applied is kept under O(state_dir), so drift made by
     hand on the host is detected and reported as a change.
+extends_documentation_fragment:
+  - hybridgpu.fleet.attributes
 options:
   table:
     description: Name of the C(inet) table the collection owns.
@@ -72,14 +74,14 @@ options:
 attributes:
   check_mode:
     support: full
-    description: Renders and checks the ruleset with C(nft -c) and reports what would change.
+    details: Renders and checks the ruleset with C(nft -c) and reports what would change.
   diff_mode:
     support: full
-    description: Before is the live table listing, after is the listing once applied (the rendered source in check mode).
+    details: Before is the live table listing, after is the listing once applied (the rendered source in check mode).
 requirements:
   - nft (nftables) on the managed host
 author:
-  - hybridgpu.fleet maintainers
+  - hybridgpu.fleet maintainers (@hybridgpu)
 """
 
 EXAMPLES = r"""
@@ -151,7 +153,7 @@ class Firewall(object):
         return rc, out, err
 
     def live(self):
-        rc, out, _ = self.run([self.nft, "list", "table", "inet", self.table], check=False)
+        rc, out, dummy = self.run([self.nft, "list", "table", "inet", self.table], check=False)
         return out if rc == 0 else None
 
     def read(self, suffix):
@@ -169,7 +171,7 @@ class Firewall(object):
         self.module.atomic_move(tmp, self.path(suffix))
 
     def timer_active(self):
-        rc, _, _ = self.run(["systemctl", "is-active", "--quiet", self.unit + ".timer"], check=False)
+        rc, dummy, dummy = self.run(["systemctl", "is-active", "--quiet", self.unit + ".timer"], check=False)
         return rc == 0
 
     def cancel_timer(self):
@@ -178,8 +180,8 @@ class Firewall(object):
 
     def present(self):
         try:
-            spec = dict((k, self.p[k]) for k in ("table", "management_sources", "ssh_port", "inbound",
-                                                   "egress", "control_address") if self.p[k] is not None)
+            keys = ("table", "management_sources", "ssh_port", "inbound", "egress", "control_address")
+            spec = dict((k, self.p[k]) for k in keys if self.p[k] is not None)
             text = nft.render(spec)
         except nft.RulesetError as err:
             self.module.fail_json(msg="Refusing the firewall for table inet %s: %s" % (self.table, err))

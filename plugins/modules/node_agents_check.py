@@ -17,6 +17,9 @@ description:
   - Returns the normalized agents, each with the text of its least-privilege systemd
     drop-in (dedicated user, C(NoNewPrivileges), C(ProtectSystem=strict), only the listed
     capabilities in C(CapabilityBoundingSet)).
+extends_documentation_fragment:
+  - hybridgpu.fleet.attributes
+  - hybridgpu.fleet.attributes.read_only
 options:
   agents:
     description: The declared agents.
@@ -27,15 +30,8 @@ options:
     description: Access boundary file (C(inventories/<site>/preflight/boundary.yml)).
     type: path
     required: true
-attributes:
-  check_mode:
-    support: full
-    description: Only reads.
-  diff_mode:
-    support: none
-    description: Changes nothing.
 author:
-  - hybridgpu.fleet maintainers
+  - hybridgpu.fleet maintainers (@hybridgpu)
 """
 
 EXAMPLES = r"""

@@ -19,6 +19,7 @@ description:
   - Runs on the control host; the returned kubeconfig holds a secret, so register it on a
     task with C(no_log).
 extends_documentation_fragment:
+  - hybridgpu.fleet.attributes
   - hybridgpu.fleet.k8s_auth
 options:
   name:
@@ -53,12 +54,12 @@ options:
 attributes:
   check_mode:
     support: full
-    description: Reports whether the Secret would be created or deleted; no kubeconfig when it does not exist yet.
+    details: Reports whether the Secret would be created or deleted; no kubeconfig when it does not exist yet.
   diff_mode:
     support: none
-    description: The Secret's content is secret; no diff is shown.
+    details: The Secret's content is secret; no diff is shown.
 author:
-  - hybridgpu.fleet maintainers
+  - hybridgpu.fleet maintainers (@hybridgpu)
 """
 
 EXAMPLES = r"""

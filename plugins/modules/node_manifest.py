@@ -18,6 +18,8 @@ description:
     returned RV(text) is what a copy on the node should contain.
   - Written atomically (temporary sibling, then rename). Recording the same artefacts
     again leaves the file unchanged, so reruns report no change.
+extends_documentation_fragment:
+  - hybridgpu.fleet.attributes
 options:
   path:
     description: The manifest file, for example C(records/manifests/<node>.json).
@@ -56,12 +58,12 @@ options:
 attributes:
   check_mode:
     support: full
-    description: Reports whether the manifest would change without writing it.
+    details: Reports whether the manifest would change without writing it.
   diff_mode:
     support: full
-    description: Before and after are the JSON documents.
+    details: Before and after are the JSON documents.
 author:
-  - hybridgpu.fleet maintainers
+  - hybridgpu.fleet maintainers (@hybridgpu)
 """
 
 EXAMPLES = r"""

@@ -16,6 +16,9 @@ description:
   - Standalone health - the units active before onboarding are active, the packages it had
     are installed, the nft tables it had exist, and C(nvidia-smi) lists the GPUs.
   - Fails when O(fail) is true and anything remains or the health check fails.
+extends_documentation_fragment:
+  - hybridgpu.fleet.attributes
+  - hybridgpu.fleet.attributes.read_only
 options:
   plan:
     description: The removal plan.
@@ -25,14 +28,8 @@ options:
     description: Fail on leftovers or bad health.
     type: bool
     default: true
-attributes:
-  check_mode:
-    support: full
-    description: Only reads.
-  diff_mode:
-    support: none
 author:
-  - hybridgpu.fleet maintainers
+  - hybridgpu.fleet maintainers (@hybridgpu)
 """
 
 EXAMPLES = r"""

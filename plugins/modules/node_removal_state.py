@@ -18,6 +18,8 @@ description:
     starts a fresh one).
   - A removal of the same node under another change that has not finished stops V(start),
     naming that change and its progress.
+extends_documentation_fragment:
+  - hybridgpu.fleet.attributes
 options:
   root:
     description: Folder of the removal states, for example C(records/removals).
@@ -58,11 +60,11 @@ options:
 attributes:
   check_mode:
     support: full
-    description: Computes and reports without writing the state file.
+    details: Computes and reports without writing the state file.
   diff_mode:
     support: none
 author:
-  - hybridgpu.fleet maintainers
+  - hybridgpu.fleet maintainers (@hybridgpu)
 """
 
 EXAMPLES = r"""

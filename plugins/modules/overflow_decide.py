@@ -22,7 +22,10 @@ description:
   - The module only computes; it changes nothing. Dispatch is a separate step.
 version_added: "0.1.0"
 author:
-  - hybridgpu.fleet contributors
+  - hybridgpu.fleet maintainers (@hybridgpu)
+extends_documentation_fragment:
+  - hybridgpu.fleet.attributes
+  - hybridgpu.fleet.attributes.read_only
 options:
   job_classes:
     description: Path of the job classes YAML file on the controller-side host running the module.
@@ -40,14 +43,7 @@ options:
     description: Dispatch path that labels every decision.
     type: str
     choices: [operator, policy]
-    default: policy
-attributes:
-  check_mode:
-    support: full
-    details: The module only reads and computes; it behaves the same in check mode.
-  diff_mode:
-    support: none
-"""
+    default: policy"""
 
 EXAMPLES = r"""
 - name: Evaluate the overflow rule against the current queue

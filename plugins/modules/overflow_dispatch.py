@@ -22,7 +22,9 @@ description:
   - Every result is labelled with the path that produced it.
 version_added: "0.1.0"
 author:
-  - hybridgpu.fleet contributors
+  - hybridgpu.fleet maintainers (@hybridgpu)
+extends_documentation_fragment:
+  - hybridgpu.fleet.attributes
 options:
   path:
     description: Dispatch path that labels every result.

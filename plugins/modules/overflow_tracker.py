@@ -20,7 +20,9 @@ description:
     stores every refused try; a refused commit is reported, not failed, so a drill can assert on it.
 version_added: "0.1.0"
 author:
-  - hybridgpu.fleet contributors
+  - hybridgpu.fleet maintainers (@hybridgpu)
+extends_documentation_fragment:
+  - hybridgpu.fleet.attributes
 options:
   db:
     description: Path of the SQLite tracker database.

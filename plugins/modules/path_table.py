@@ -18,6 +18,9 @@ description:
     a listed host outside the narrowest source.
   - When O(results) are given, judges each probe and the connection-direction verdict
     (management traffic starts only from the owned site, no inbound management port open).
+extends_documentation_fragment:
+  - hybridgpu.fleet.attributes
+  - hybridgpu.fleet.attributes.read_only
 options:
   path:
     description: Path of the path table YAML file.
@@ -29,14 +32,8 @@ options:
         C(observed) one of V(open), V(closed), V(error).
     type: dict
     default: {}
-attributes:
-  check_mode:
-    support: full
-    description: Reads only.
-  diff_mode:
-    support: none
 author:
-  - hybridgpu.fleet maintainers
+  - hybridgpu.fleet maintainers (@hybridgpu)
 """
 
 EXAMPLES = r"""
@@ -67,7 +64,9 @@ hosts:
   returned: success
   type: dict
 probes:
-  description: Every probe with id, kind (listed, neighbour_port, unlisted_source), source, destination, address, protocol, port, expected and verdict (pass, fail, not_run, not_derivable).
+  description:
+    - Every probe with id, kind (listed, neighbour_port, unlisted_source), source, destination,
+      address, protocol, port, expected and verdict (pass, fail, not_run, not_derivable).
   returned: success
   type: list
   elements: dict

@@ -11,7 +11,7 @@ short_description: Find the effective path MTU with DF pings and detect PMTU bla
 version_added: "0.1.0"
 description:
   - Runs on the source host of a path and sends "don't fragment" pings (C(ping -M do -s N)),
-    one per step of a binary search between O(targets[].min_mtu) and O(targets[].max_mtu), to
+    one per step of a binary search between each target's C(min_mtu) and C(max_mtu), to
     find the largest IP packet that gets through (the effective path MTU).
   - A frag-needed answer or the sender's own "message too long, mtu=N" is used as a hint and
     confirmed.
@@ -20,6 +20,8 @@ description:
     Large transfers stall on such a path while small pings still succeed.
   - Recommends the MTU (the effective one) and the TCP MSS (MTU minus 40 for IPv4).
   - Output is parsed by the collection's ping parser, and, with O(tracepath), C(tracepath).
+extends_documentation_fragment:
+  - hybridgpu.fleet.attributes
 options:
   targets:
     description:
@@ -42,13 +44,13 @@ options:
 attributes:
   check_mode:
     support: full
-    description: Only sends pings; the same in check mode.
+    details: Only sends pings; the same in check mode.
   diff_mode:
     support: none
 notes:
   - IPv4 only. Each failing step costs up to O(timeout) seconds.
 author:
-  - hybridgpu.fleet maintainers
+  - hybridgpu.fleet maintainers (@hybridgpu)
 """
 
 EXAMPLES = r"""
@@ -76,7 +78,9 @@ probe_results:
       verdict: fail
       evidence: "PMTU black hole: 1380-byte DF pings pass, 1500-byte DF pings vanish with no ICMP frag-needed (blocked?); ..."
 record_rows:
-  description: The results as probe rows (id C(pmtu:<id>), source, destination, observed, verdict, elapsed_ms, evidence) for M(hybridgpu.fleet.preflight_record).
+  description:
+    - The results as probe rows (id C(pmtu:<id>), source, destination, observed, verdict,
+      elapsed_ms, evidence) for M(hybridgpu.fleet.preflight_record).
   returned: success
   type: list
   elements: dict

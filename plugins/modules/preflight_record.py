@@ -20,6 +20,8 @@ description:
   - When everything but the C(run) block and the probes' measurements (C(elapsed_ms), C(evidence))
     is unchanged nothing is rewritten and C(changed) is false, so a rerun that only measured again
     keeps the first run's records (use O(force) to rewrite them).
+extends_documentation_fragment:
+  - hybridgpu.fleet.attributes
 options:
   dest:
     description: Records base folder on the host the module runs on.
@@ -60,11 +62,11 @@ options:
 attributes:
   check_mode:
     support: full
-    description: Reports whether the records would change; writes nothing.
+    details: Reports whether the records would change; writes nothing.
   diff_mode:
     support: none
 author:
-  - hybridgpu.fleet maintainers
+  - hybridgpu.fleet maintainers (@hybridgpu)
 """
 
 EXAMPLES = r"""

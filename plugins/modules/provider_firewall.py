@@ -19,6 +19,8 @@ description:
     nftables table of its own (O(table)) with input policy drop, SSH from
     O(management_sources), and the rules. Other providers can be added as subclasses of
     C(ProviderFirewall) in C(module_utils/provider_firewall.py).
+extends_documentation_fragment:
+  - hybridgpu.fleet.attributes
 options:
   provider:
     description: Provider implementation.
@@ -58,12 +60,12 @@ options:
 attributes:
   check_mode:
     support: full
-    description: Checks the ruleset and reports what would change.
+    details: Checks the ruleset and reports what would change.
   diff_mode:
     support: full
-    description: Before and after are the rule lists.
+    details: Before and after are the rule lists.
 author:
-  - hybridgpu.fleet maintainers
+  - hybridgpu.fleet maintainers (@hybridgpu)
 """
 
 EXAMPLES = r"""

@@ -16,6 +16,9 @@ description:
   - I(step=baseline) turns one or more all_reduce_perf outputs measured before onboarding into
     a baseline range instead.
   - Pure computation; changes nothing.
+extends_documentation_fragment:
+  - hybridgpu.fleet.attributes
+  - hybridgpu.fleet.attributes.read_only
 options:
   step:
     description: Which step to judge.
@@ -45,15 +48,8 @@ options:
     description: Fail the task when the verdict is negative (the verdict is returned either way).
     type: bool
     default: true
-attributes:
-  check_mode:
-    support: full
-    description: Only computes.
-  diff_mode:
-    support: none
-    description: Changes nothing.
 author:
-  - hybridgpu.fleet maintainers
+  - hybridgpu.fleet maintainers (@hybridgpu)
 """
 
 EXAMPLES = r"""

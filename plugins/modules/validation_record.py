@@ -14,6 +14,8 @@ description:
   - I(kind=wave) reads the per-node records of I(nodes) from I(folder) and writes C(wave.json)
     and a self-contained C(wave.html) that links them.
   - Files are replaced atomically and left alone when only the C(run) block would change.
+extends_documentation_fragment:
+  - hybridgpu.fleet.attributes
 options:
   kind:
     description: Which record.
@@ -60,12 +62,12 @@ options:
 attributes:
   check_mode:
     support: full
-    description: Reports whether a file would change; writes nothing.
+    details: Reports whether a file would change; writes nothing.
   diff_mode:
     support: none
-    description: Records are reports; the change flag says whether they differ.
+    details: Records are reports; the change flag says whether they differ.
 author:
-  - hybridgpu.fleet maintainers
+  - hybridgpu.fleet maintainers (@hybridgpu)
 """
 
 EXAMPLES = r"""

@@ -14,6 +14,8 @@ description:
   - With O(before), also reports what changed for workloads outside O(exclude_nodes), that is pods on
     other nodes that vanished, were replaced or failed, and Jobs that gained failures.
 extends_documentation_fragment:
+  - hybridgpu.fleet.attributes
+  - hybridgpu.fleet.attributes.read_only
   - hybridgpu.fleet.k8s_auth
 options:
   namespace:
@@ -27,14 +29,8 @@ options:
     type: list
     elements: str
     default: []
-attributes:
-  check_mode:
-    support: full
-    description: Reads only.
-  diff_mode:
-    support: none
 author:
-  - hybridgpu.fleet maintainers
+  - hybridgpu.fleet maintainers (@hybridgpu)
 """
 
 EXAMPLES = r"""
