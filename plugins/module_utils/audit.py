@@ -8,7 +8,7 @@ reordering a line breaks the chain from that line on; ``verify`` names the first
 Cutting lines off the end is only detectable against a copy of the last hash (``head``),
 which callers may keep elsewhere (the audit_log module returns it).
 
-CLI: ``python -m ...audit verify LOG`` (wrapper: ``bin/hgpu-audit-verify``).
+CLI: ``bin/hgpu-audit-verify LOG [HEAD_HASH]``.
 """
 from __future__ import absolute_import, division, print_function
 
@@ -19,7 +19,6 @@ import fcntl
 import hashlib
 import json
 import os
-import sys
 
 GENESIS = "0" * 64
 FIELDS = ("change_id", "approver", "executor", "target", "action", "result")
@@ -163,21 +162,3 @@ def journal_line(entry):
     """The text sent to the node's journal (``logger -t hybridgpu-audit``)."""
     keep = dict((k, entry.get(k)) for k in FIELDS + ("time", "seq", "hash"))
     return "hybridgpu-audit " + json.dumps(keep, sort_keys=True, separators=(",", ":"))
-
-
-def main(argv=None):
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if len(argv) < 2 or argv[0] != "verify":
-        sys.stderr.write("usage: hgpu-audit-verify verify LOG [HEAD_HASH]\n")
-        return 2
-    res = verify(argv[1], argv[2] if len(argv) > 2 else None)
-    if res["ok"]:
-        print("%s: chain intact, %d entries, head %s" % (argv[1], res["entries"], res["head"]))
-        return 0
-    bad = res["first_bad"]
-    print("%s: first bad entry at line %d (seq %s): %s" % (argv[1], bad["line"], bad["seq"], bad["problem"]))
-    return 1
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())

@@ -54,7 +54,7 @@ def _egress_entry(value):
         return value, "%r: %r is not a CIDR" % (value, cidr)
     if net.ip != net.network:
         return value, "%r: host bits set; did you mean %s?" % (value, net.cidr)
-    low, _, high = ports.partition("-")
+    low, dummy, high = ports.partition("-")
     try:
         low_i = int(low)
         high_i = int(high) if high else low_i

@@ -182,7 +182,7 @@ class Drainer(object):
                 self._evict_one(item, deadline, results, lock)
 
         threads = [threading.Thread(target=worker, daemon=True)
-                   for _ in range(min(self.parallel, len(queue)))]
+                   for dummy in range(min(self.parallel, len(queue)))]
         for t in threads:
             t.start()
         for t in threads:

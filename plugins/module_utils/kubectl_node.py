@@ -83,7 +83,7 @@ def _status_from_yaml(text):
             block, block_indent = stripped[:-1], indent
             continue
         if block in ("allocatable", "capacity") and ":" in stripped:
-            key, _, value = stripped.partition(":")
+            key, dummy, value = stripped.partition(":")
             out[block][key.strip()] = value.strip().strip('"')
         elif block == "addresses":
             if stripped.startswith("- "):
@@ -91,7 +91,7 @@ def _status_from_yaml(text):
                 out["addresses"].append(address)
                 stripped = stripped[2:]
             if address is not None and ":" in stripped:
-                key, _, value = stripped.partition(":")
+                key, dummy, value = stripped.partition(":")
                 address[key.strip()] = value.strip().strip('"')
     return out
 
@@ -144,7 +144,9 @@ def gpu_info(labels):
     {profile: {count, memory_mib, product}}, driver_version (major.minor.rev),
     cuda_runtime (major.minor), compute_cap, family, machine, present}.
     """
-    g = lambda key: labels.get("nvidia.com/" + key)
+    def g(key):
+        return labels.get("nvidia.com/" + key)
+
     memory = _int(g("gpu.memory"))
     replicas = _int(g("gpu.replicas"))
     product = g("gpu.product")

@@ -196,7 +196,7 @@ def summarize(parsed):
     if parsed.get("avg_busbw") is not None:
         avg, source = parsed["avg_busbw"], "reported"
     elif busbws:
-        avg, source = sum(b for b, _ in busbws) / len(busbws), "computed"
+        avg, source = sum(b for b, dummy in busbws) / len(busbws), "computed"
     else:
         avg, source = None, None
     best = max(busbws, key=lambda item: item[0]) if busbws else (None, None)

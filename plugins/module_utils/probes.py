@@ -414,7 +414,7 @@ def query(sock, address, port, samples=8, timeout=1.0, name="node", now=time.tim
         got = None
         while got is None:
             try:
-                data, _ = sock.recvfrom(512)
+                data, dummy = sock.recvfrom(512)
             except socket.timeout:
                 break
             t4 = now()

@@ -124,7 +124,7 @@ class LabNftProvider(ProviderFirewall):
         return os.path.join(self.state_dir, "%s.%s" % (self.table, suffix))
 
     def _live(self):
-        rc, out, _ = self.run(["nft", "list", "table", "inet", self.table])
+        rc, out, dummy = self.run(["nft", "list", "table", "inet", self.table])
         return nft.canonical_listing(out) if rc == 0 else None
 
     def _read(self, suffix):

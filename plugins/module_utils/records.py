@@ -216,8 +216,8 @@ def render_html(record):
     out.append("</table>")
     out.append("<h2>Proposed first wave</h2><table><tr><th>Node</th><th>Row</th><th>Purpose</th></tr>")
     for pick in v["wave"]["nodes"]:
-        out.append("<tr><td>%s</td><td>%s</td><td>%s</td></tr>" % (_e(pick["node"]), _e(pick["row"]),
-                                                                 _e(pick["purpose"])))
+        out.append("<tr><td>%s</td><td>%s</td><td>%s</td></tr>"
+                   % (_e(pick["node"]), _e(pick["row"]), _e(pick["purpose"])))
     out.append("</table>")
     for unc in v["wave"]["uncovered_rows"]:
         out.append("<p class=\"warn\">Row %s not covered: %s</p>" % (_e(unc["row"]), _e(unc["reason"])))

@@ -264,26 +264,26 @@ def summary(report):
 
 def _run(argv):
     try:
-        res = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+        res = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
     except (OSError, subprocess.TimeoutExpired) as err:
         return 127, "", str(err)
     return res.returncode, res.stdout, res.stderr
 
 
 def package_installed(name, run=_run):
-    rc, out, _ = run(["dpkg-query", "-W", "-f=${db:Status-Abbrev}", name])
+    rc, out, dummy = run(["dpkg-query", "-W", "-f=${db:Status-Abbrev}", name])
     return rc == 0 and out.strip()[:2] in ("ii", "hi")
 
 
 def unit_present(name, run=_run):
     """True when systemd still knows the unit (loaded from a file, or active)."""
-    rc, out, _ = run(["systemctl", "show", "-p", "LoadState", "-p", "ActiveState", "--value", name])
+    rc, out, dummy = run(["systemctl", "show", "-p", "LoadState", "-p", "ActiveState", "--value", name])
     vals = out.split()
     return rc == 0 and bool(vals) and (vals[0] not in ("not-found",) or (len(vals) > 1 and vals[1] == "active"))
 
 
 def nft_table_names(run=_run):
-    rc, out, _ = run(["nft", "list", "tables"])
+    rc, out, dummy = run(["nft", "list", "tables"])
     names = set()
     for line in out.splitlines():
         parts = line.split()

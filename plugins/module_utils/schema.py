@@ -13,7 +13,11 @@ __metaclass__ = type
 import datetime
 import re
 
-import yaml
+try:
+    import yaml
+    HAS_YAML = True
+except ImportError:  # reported when a file is read, not at import
+    HAS_YAML = False
 
 
 class SchemaError(Exception):
@@ -249,10 +253,6 @@ def collect(data, spec, filename):
     return out, ctx.errors
 
 
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """SafeLoader that refuses duplicate keys instead of silently keeping the last one."""
-
-
 def _construct_mapping(loader, node, deep=False):
     seen = {}
     for key_node, _value_node in node.value:
@@ -264,12 +264,19 @@ def _construct_mapping(loader, node, deep=False):
     return loader.construct_mapping(node, deep=deep)
 
 
-_UniqueKeyLoader.add_constructor(
-    yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+if HAS_YAML:
+    class _UniqueKeyLoader(yaml.SafeLoader):  # pylint: disable=too-many-ancestors
+        """SafeLoader that refuses duplicate keys instead of silently keeping the last one."""
+
+    _UniqueKeyLoader.add_constructor(
+        yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
 
 
 def load_yaml_text(text, filename):
     """Parse YAML text; malformed input raises SchemaError naming file, line and column."""
+    if not HAS_YAML:
+        raise SchemaError(["%s: cannot be read: the Python library PyYAML is missing on the host that runs "
+                           "the module (install python3-yaml or PyYAML there)" % filename])
     try:
         return yaml.load(text, Loader=_UniqueKeyLoader)
     except yaml.MarkedYAMLError as exc:

@@ -194,7 +194,7 @@ def _scontrol_job(fields):
     tres = {}
     for item in (_null(fields.get("TRES")) or "").split(","):
         if "=" in item:
-            key, _, value = item.partition("=")
+            key, dummy, value = item.partition("=")
             tres[key] = value
     reason = _null(fields.get("Reason"))
     return {
@@ -249,7 +249,7 @@ def parse_sprio(text):
         return result
     header = lines[0]
     spans = [(m.group(0), m.end()) for m in re.finditer(r"\S+", header)]
-    result["columns"] = [name for name, _ in spans]
+    result["columns"] = [name for name, dummy in spans]
     for line in lines[1:]:
         row = {}
         for m in re.finditer(r"\S+", line):
@@ -261,7 +261,7 @@ def parse_sprio(text):
             result["weights"] = dict((k, _number(v)) for k, v in row.items() if k != "JOBID")
             continue
         # PARTITION left of PRIORITY is the partition name; right of it, the partition factor
-        names = [name for name, _ in spans]
+        names = [name for name, dummy in spans]
         part_is_name = "PARTITION" in names and "PRIORITY" in names and \
             names.index("PARTITION") < names.index("PRIORITY")
         skip = ("JOBID", "PRIORITY", "USER", "ACCOUNT") + (("PARTITION",) if part_is_name else ())

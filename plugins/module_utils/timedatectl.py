@@ -119,7 +119,7 @@ def _ntp_message(value):
     fields = {}
     for item in re.split(r",\s*|\s+(?=[A-Z][A-Za-z]+=)", body):
         if "=" in item:
-            key, _, val = item.partition("=")
+            key, dummy, val = item.partition("=")
             fields[key.strip()] = val.strip()
     return fields
 
@@ -138,7 +138,7 @@ def parse_show(text):
         if "=" not in line:
             result["errors"].append("unparsed line: %r" % line)
             continue
-        key, _, value = line.partition("=")
+        key, dummy, value = line.partition("=")
         props[key.strip()] = value.strip()
     result["properties"] = props
     message = _ntp_message(props["NTPMessage"]) if "NTPMessage" in props else {}

@@ -232,8 +232,8 @@ def placement_verdict(runs, node_sides):
             if not node:
                 reasons.append("%s was not scheduled" % where)
             elif side not in allowed:
-                reasons.append("%s landed on %s node %s; policy allows %s" % (where, side, node,
-                                                                               ", ".join(allowed)))
+                reasons.append("%s landed on %s node %s; policy allows %s"
+                               % (where, side, node, ", ".join(allowed)))
         if node and run.get("phase") == "Failed":
             reasons.append("%s failed on %s" % (where, node))
     return _verdict("placement", reasons, runs=runs)

@@ -94,8 +94,7 @@ def render_wave_html(record, node_records=None):
            "<p>Group %s &middot; verdict <span class=\"%s\">%s</span></p>" % (
                e(record.get("group")), "pass" if record["passed"] else "fail",
                "passed" if record["passed"] else "failed"),
-           "<p><small>run %s</small></p>" % e(", ".join("%s=%s" % (k, record["run"][k])
-                                                       for k in sorted(record["run"]))),
+           "<p><small>run %s</small></p>" % e(", ".join("%s=%s" % (k, record["run"][k]) for k in sorted(record["run"]))),
            "<h2>Stages</h2><table><tr><th>Stage</th><th>Status</th><th>Detail</th></tr>"]
     for name in ("preflight", "onboard", "validate"):
         st = record["stages"].get(name)

@@ -195,7 +195,7 @@ def api():
     else:
         from k8s_emulator import serve
         pki = os.path.join(workdir, "pki")
-        ca, _ = labpki.make_ca(pki)
+        ca, dummy = labpki.make_ca(pki)
         crt, key = labpki.make_server_cert(pki, pki, ["127.0.0.1", "localhost"])
         token = secrets.token_hex(16)
         token_file = os.path.join(workdir, "tokens.csv")

@@ -13,7 +13,7 @@ def _status(exc_info):
 
 
 def test_node_label_patch_merge_and_strategic(api):
-    _, h = api
+    dummy, h = api
     name = h.uniq("lbl")
     h.make_node(name, pool=h.uniq("pool"), heartbeat=False)
     # dict body: the client sends strategic merge patch
@@ -30,7 +30,7 @@ def test_node_label_patch_merge_and_strategic(api):
 
 
 def test_strategic_merge_conditions_by_type(api):
-    _, h = api
+    dummy, h = api
     name = h.uniq("cond")
     h.make_node(name, pool=h.uniq("pool"), heartbeat=False)
     h.core.patch_node_status(name, {"status": {"conditions": [
@@ -49,7 +49,7 @@ def test_strategic_merge_conditions_by_type(api):
 
 
 def test_second_create_is_409_already_exists(api):
-    _, h = api
+    dummy, h = api
     name = h.uniq("dup")
     h.make_node(name, pool=h.uniq("pool"), heartbeat=False)
     with pytest.raises(client.ApiException) as exc:
@@ -59,7 +59,7 @@ def test_second_create_is_409_already_exists(api):
 
 
 def test_stale_resource_version_is_409_conflict(api):
-    _, h = api
+    dummy, h = api
     name = h.uniq("rv")
     h.make_node(name, pool=h.uniq("pool"), heartbeat=False)
     stale = h.core.read_node(name)
@@ -79,7 +79,7 @@ def test_stale_resource_version_is_409_conflict(api):
 
 
 def test_label_and_field_selectors(api):
-    _, h = api
+    dummy, h = api
     pool = h.uniq("pool")
     a, b = h.uniq("sel-a"), h.uniq("sel-b")
     h.make_node(a, pool, labels={"tier": "gold"}, heartbeat=False)
@@ -110,7 +110,7 @@ def test_label_and_field_selectors(api):
 
 
 def test_revoked_static_token_gets_401(api):
-    _, h = api
+    dummy, h = api
     emulator_only(h, "needs write access to the API server's --token-auth-file")
     token = "tok-" + h.run_id
     with open(h.token_file, "a", encoding="utf-8") as fh:
@@ -144,7 +144,7 @@ def _node_credential(h, node):
 
 
 def test_node_credential_restrictions_and_revocation(api):
-    _, h = api
+    dummy, h = api
     emulator_only(h, "node credentials are kubelet client certificates on a real cluster")
     pool = h.uniq("pool")
     mine, other = h.uniq("nc-a"), h.uniq("nc-b")
@@ -187,12 +187,12 @@ def test_node_credential_restrictions_and_revocation(api):
 
 
 def test_pod_status_and_log_by_bound_node_only(api):
-    _, h = api
+    dummy, h = api
     emulator_only(h, "uses the emulator's node credentials and PUT pods/log extension")
     pool = h.uniq("pool")
     mine = h.uniq("pl")
     h.make_node(mine, pool, heartbeat=False)
-    _, node_api = _node_credential(h, mine)
+    dummy, node_api = _node_credential(h, mine)
     name = h.uniq("logpod")
     body = h.pod_body(name, pool)
     body["spec"]["nodeName"] = mine

@@ -36,7 +36,7 @@ def _job_body(name, pool_expr_values, parallelism=1, completions=1, suspend=Fals
 
 
 def test_job_with_required_affinity_lands_on_matching_nodes_and_completes(api):
-    _, h = api
+    dummy, h = api
     pool = h.uniq("pool")
     good1, good2, bad = h.uniq("aff-a"), h.uniq("aff-b"), h.uniq("aff-c")
     h.make_node(good1, pool, labels={"gpu": "a100"}, gpus=8)
@@ -68,7 +68,7 @@ def test_job_with_required_affinity_lands_on_matching_nodes_and_completes(api):
 
 
 def test_job_suspend_holds_and_resume_runs(api):
-    _, h = api
+    dummy, h = api
     pool = h.uniq("pool")
     h.make_node(h.uniq("sus"), pool, labels={"gpu": "a100"}, gpus=8)
     name = h.uniq("sjob")
@@ -104,7 +104,7 @@ def _unschedulable_message(h, name):
 
 
 def test_taint_without_toleration_keeps_pod_pending(api):
-    _, h = api
+    dummy, h = api
     pool = h.uniq("pool")
     node = h.uniq("taint")
     h.make_node(node, pool, gpus=8, taints=[{"key": "hybridgpu.io/maintenance",
@@ -122,7 +122,7 @@ def test_taint_without_toleration_keeps_pod_pending(api):
 
 
 def test_gpu_capacity_is_respected(api):
-    _, h = api
+    dummy, h = api
     pool = h.uniq("pool")
     node = h.uniq("cap")
     h.make_node(node, pool, gpus=4)
@@ -131,7 +131,7 @@ def test_gpu_capacity_is_respected(api):
     h.wait(lambda: h.core.read_namespaced_pod(first, h.ns).spec.node_name == node,
            what="first GPU pod bound")
     h.core.create_namespaced_pod(h.ns, h.pod_body(second, pool, gpus=2, hold=True))
-    _, cond = _unschedulable_message(h, second)
+    dummy, cond = _unschedulable_message(h, second)
     assert "Insufficient nvidia.com/gpu" in cond.message
     h.core.delete_namespaced_pod(first, h.ns)
     h.wait(lambda: h.core.read_namespaced_pod(second, h.ns).spec.node_name == node,
@@ -139,11 +139,11 @@ def test_gpu_capacity_is_respected(api):
 
 
 def test_eviction_respects_pod_disruption_budget(api):
-    _, h = api
+    dummy, h = api
     pool = h.uniq("pool")
     h.make_node(h.uniq("pdb"), pool, gpus=8)
     app = h.uniq("app")
-    names = [h.uniq("pdbpod") for _ in range(2)]
+    names = [h.uniq("pdbpod") for dummy in range(2)]
     for n in names:
         h.core.create_namespaced_pod(h.ns, h.pod_body(n, pool, hold=True, labels={"app": app}))
     h.wait(lambda: all(h.core.read_namespaced_pod(n, h.ns).status.phase == "Running"
@@ -181,7 +181,7 @@ def test_eviction_respects_pod_disruption_budget(api):
 
 
 def test_node_goes_unknown_after_grace_and_recovers(api):
-    _, h = api
+    dummy, h = api
     pool = h.uniq("pool")
     node = h.uniq("hb")
     h.make_node(node, pool, gpus=8)

@@ -25,7 +25,7 @@ UP = ["up", *os.environ.get("HGPU_LAB_UP_ARGS", "").split()]
 
 
 def lab_cmd(*args, timeout=1200):
-    return subprocess.run([LAB, *args], capture_output=True, text=True, timeout=timeout)
+    return subprocess.run([LAB, *args], capture_output=True, text=True, timeout=timeout, check=False)
 
 
 @pytest.fixture(scope="session")
@@ -43,7 +43,7 @@ def ssh(name, command, timeout=30, check=True):
     """Run a command on a node over SSH with the lab key, as the inventory would."""
     n = node(name)
     res = subprocess.run(["ssh", "-i", key_path(), *SSH_OPTS, "root@" + n["ip"], command],
-                         capture_output=True, text=True, timeout=timeout)
+                         capture_output=True, text=True, timeout=timeout, check=False)
     if check:
         assert res.returncode == 0, "ssh %s %r failed (rc=%d): %s" % (
             name, command, res.returncode, res.stderr)
@@ -52,7 +52,7 @@ def ssh(name, command, timeout=30, check=True):
 
 def podman_exec(name, *cmd, timeout=30):
     return subprocess.run(["podman", "exec", name, *cmd], capture_output=True, text=True,
-                          timeout=timeout)
+                          timeout=timeout, check=False)
 
 
 # The lab is one estate, so the files run in the order its users work: the lab itself,

@@ -59,7 +59,7 @@ def playbook(name, *args, extra=None, tmp_path=None, timeout=900):
         with open(path, "w") as fh:
             json.dump(extra, fh)
         cmd += ["-e", "@" + path]
-    res = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+    res = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout, check=False)
     res.out = res.stdout + res.stderr
     return res
 

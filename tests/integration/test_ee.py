@@ -16,7 +16,6 @@ import sys
 import pytest
 import yaml
 
-from conftest import config
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 
@@ -34,9 +33,9 @@ PLAYBOOKS = sorted(os.path.basename(p)[:-4] for p in glob.glob(os.path.join(ROOT
 
 
 def run(cmd, cwd=ROOT, timeout=900, env=None):
-    res = subprocess.run(cmd, capture_output=True, text=True, cwd=cwd, timeout=timeout, env=env)
-    assert res.returncode == 0, "%s failed (rc=%d):\n%s\n%s" % (" ".join(cmd), res.returncode,
-                                                              res.stdout[-4000:], res.stderr[-4000:])
+    res = subprocess.run(cmd, capture_output=True, text=True, cwd=cwd, timeout=timeout, env=env, check=False)
+    assert res.returncode == 0, "%s failed (rc=%d):\n%s\n%s" % (
+        " ".join(cmd), res.returncode, res.stdout[-4000:], res.stderr[-4000:])
     return res
 
 
@@ -109,7 +108,7 @@ def ee_image(lab):
 
 def in_image(tag, script, timeout=300):
     return subprocess.run(["podman", "run", "--rm", "--network", "none", tag, "bash", "-c", script],
-                          capture_output=True, text=True, timeout=timeout)
+                          capture_output=True, text=True, timeout=timeout, check=False)
 
 
 def test_ee_has_the_pinned_stack(ee_image):

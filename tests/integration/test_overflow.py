@@ -166,8 +166,8 @@ SCENARIOS = [(bk, cls, f) for bk in ("slurm", "kubernetes") for cls in drill.MOV
 def test_failure_drill(envs, backend, job_class, failure):
     r = drill.run_scenario(envs(backend), job_class, failure)
     assert r["commit_count"] <= 1
-    assert r["pass"], json.dumps({k: r[k] for k in ("final_state", "local_state", "commit_count", "notes",
-                                                     "explained", "attempts", "target")}, indent=1, default=str)
+    shown = ("final_state", "local_state", "commit_count", "notes", "explained", "attempts", "target")
+    assert r["pass"], json.dumps({k: r[k] for k in shown}, indent=1, default=str)
     if failure in ("none", "second_commit"):
         assert r["reference"]["match"]
     if failure == "second_commit":
@@ -194,7 +194,7 @@ def test_operator_playbook_moves_a_slurm_job(overflow_lab, tmp_path):
                    ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"))
         extra = {"overflow_jobs": [job], "overflow_records": str(tmp_path), "overflow_wait_s": 120}
         res = subprocess.run(["ansible-playbook", "playbooks/overflow_move.yml", "-e", json.dumps(extra)],
-                             cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+                             cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=False)
         assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-2000:]
         assert "state: finished" in res.stdout and "path: operator" in res.stdout
         assert q.state(job) == b.Q_WITHDRAWN

@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from conftest import ROOT, ssh
-from lifecycle_lab import approvers, kube, lab_lock, node_state, playbook, recap, signed_record  # noqa: F401
+from lifecycle_lab import approvers, kube, lab_lock, node_state, playbook, recap, signed_record  # noqa: F401  pylint: disable=unused-import
 
 pytestmark = pytest.mark.lab
 
@@ -27,7 +27,7 @@ def key_ssh(key, command="true"):
     return subprocess.run(["ssh", "-i", key, "-o", "BatchMode=yes", "-o", "IdentitiesOnly=yes",
                            "-o", "ControlPath=none", "-o", "StrictHostKeyChecking=no",
                            "-o", "UserKnownHostsFile=/dev/null", "-o", "ConnectTimeout=10",
-                           "root@" + IP, command], capture_output=True, text=True, timeout=30)
+                           "root@" + IP, command], capture_output=True, text=True, timeout=30, check=False)
 
 
 def assert_joined():
@@ -154,7 +154,7 @@ def test_interrupted_removal_reports_and_finishes(setup):
     # the audit log the runs wrote: intact, then a tampered copy is caught at the right line
     log = os.path.join(setup["rec"], "audit", "audit.jsonl")
     verify = os.path.join(ROOT, "bin", "hgpu-audit-verify")
-    ok = subprocess.run([verify, log], capture_output=True, text=True)
+    ok = subprocess.run([verify, log], capture_output=True, text=True, check=False)
     assert ok.returncode == 0, ok.stdout + ok.stderr
     lines = open(log).read().splitlines()
     actions = [json.loads(x)["action"] for x in lines]
@@ -166,7 +166,7 @@ def test_interrupted_removal_reports_and_finishes(setup):
     lines[n] = json.dumps(bad_line, sort_keys=True)
     tampered = str(setup["tmp"] / "tampered.jsonl")
     open(tampered, "w").write("\n".join(lines) + "\n")
-    caught = subprocess.run([verify, tampered], capture_output=True, text=True)
+    caught = subprocess.run([verify, tampered], capture_output=True, text=True, check=False)
     assert caught.returncode == 1
     assert "line %d" % (n + 1) in caught.stdout + caught.stderr, caught.stdout + caught.stderr
     # the same events reached the node's journal

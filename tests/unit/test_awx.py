@@ -96,7 +96,7 @@ class Walk:
         for play in load(path) or []:
             if "import_playbook" in play or "ansible.builtin.import_playbook" in play:
                 target = play.get("import_playbook") or play.get("ansible.builtin.import_playbook")
-                name = str(target).split(".")[-1] if str(target).startswith("hybridgpu.fleet.") else target
+                name = str(target).rsplit(".", maxsplit=1)[-1] if str(target).startswith("hybridgpu.fleet.") else target
                 name = name if name.endswith(".yml") else name + ".yml"
                 self._playbook(os.path.join(os.path.dirname(path), name))
                 continue
@@ -153,12 +153,12 @@ class Walk:
 
     def inputs(self):
         merged = {}
-        for _, spec in self.specs:
+        for dummy, spec in self.specs:
             merged.update(spec)
         return merged
 
     def uses(self, module):
-        return [where for where, mod, _, _ in self.tasks if mod == module]
+        return [where for where, mod, dummy, dummy in self.tasks if mod == module]
 
 
 WALKS = {p: Walk(p) for p in PLAYBOOKS}
@@ -259,7 +259,7 @@ def test_no_playbook_waits_for_a_person():
         for play in walk.plays:
             if play.get("vars_prompt"):
                 bad.append("playbooks/%s: play %r has vars_prompt" % (p, play.get("name")))
-        for where, module, args, _ in walk.tasks:
+        for where, module, args, dummy in walk.tasks:
             if module == "pause" and not (args.get("seconds") or args.get("minutes")):
                 bad.append("%s: pause without seconds/minutes waits for a person" % where)
     _fail(bad, "playbooks that wait for a person")

@@ -122,7 +122,7 @@ def test_patch_content_types(server, kind, content_type):
     patch = [{"op": "add", "path": "/metadata/labels/x", "value": "y"}] if kind == "json" \
         else {"metadata": {"labels": {"x": "y"}}}
     make_kube(server).patch_node("n1", patch, patch_type=kind)
-    method, path, ctype, _, body = server.seen[0]
+    method, path, ctype, dummy, body = server.seen[0]
     assert (method, path, ctype) == ("PATCH", "/api/v1/nodes/n1", content_type)
     assert json.loads(body) == patch
 
@@ -164,7 +164,7 @@ def test_transport_error_tells_whether_the_request_went_out():
     seen = []
 
     def swallow():
-        conn, _ = lsock.accept()
+        conn, dummy = lsock.accept()
         seen.append(conn.recv(65536))
         conn.close()
     t = threading.Thread(target=swallow, daemon=True)

@@ -245,7 +245,7 @@ def generate(n_jobs, seed=0, span_s=7 * 86400.0, start=1_700_000_000.0, classes=
     jobs = []
     demand = 0.0
     for t, c in zip(times, picks):
-        _, gpus, mean_rt, inb, outb = classes[c]
+        dummy, gpus, mean_rt, inb, outb = classes[c]
         rt = max(60.0, rnd.expovariate(1.0 / mean_rt))
         demand += rt * gpus
         jobs.append((c, t, rt, gpus, int(inb * rnd.uniform(0.5, 1.5)), int(outb * rnd.uniform(0.5, 1.5))))

@@ -122,7 +122,7 @@ def validate(data, source="<job classes>"):
     for name, block in classes.items():
         where = "classes.%s" % name
         fields = dict(CLASS_FIELDS)
-        fields.update({k: (kind, False) for k, (kind, _) in DEFAULT_FIELDS.items()})
+        fields.update({k: (kind, False) for k, (kind, dummy) in DEFAULT_FIELDS.items()})
         own = _read_block(source, where, block, fields, errors)
         merged = dict(BUILTIN)
         merged.update(defaults)

@@ -129,7 +129,7 @@ class K8sLocalQueue(b.LocalQueue):
                    for p in pods)
 
     def hold(self, job_id, attempts=5):
-        for _ in range(attempts):
+        for dummy in range(attempts):
             job = self.kube.get_job(self.ns, job_id)
             if job is None:
                 return b.GONE

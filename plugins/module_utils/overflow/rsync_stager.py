@@ -53,7 +53,7 @@ def tree_digest(root):
     """sha256 over the sorted `<sha256>  <relative path>` lines of every file under root.
     The cloud job computes the same over its output directory (tests/lab/overflow/ovfjob.py)."""
     lines = []
-    for dirpath, _, files in os.walk(root):
+    for dirpath, dummy, files in os.walk(root):
         for f in files:
             full = os.path.join(dirpath, f)
             lines.append("%s  %s\n" % (file_sha256(full), os.path.relpath(full, root)))
@@ -97,7 +97,7 @@ class RsyncStager(b.Stager):
 
     def ssh(self, command, check=True):
         res = subprocess.run(self._ssh_base() + ["%s@%s" % (self.user, self.host), command],
-                             capture_output=True, text=True, timeout=self.timeout)
+                             capture_output=True, text=True, timeout=self.timeout, check=False)
         if check and res.returncode != 0:
             raise b.TransferInterrupted("ssh %s: %s failed (rc %d): %s" % (
                 self.host, command[:80], res.returncode, res.stderr.strip()[-300:]))
@@ -107,8 +107,8 @@ class RsyncStager(b.Stager):
         # --append-verify resumes a partial input; returns compare whole files instead (--checksum),
         # since a damaged file of the right size must be sent again, not appended to.
         flags = ["--partial", "--append-verify"] if resume else []
-        cmd = ["rsync", "-a"] + flags + ["--timeout=60",
-               "-e", " ".join(shlex.quote(x) for x in self._ssh_base(port))] + list(extra) + list(sources) + [dest]
+        ssh = " ".join(shlex.quote(x) for x in self._ssh_base(port))
+        cmd = ["rsync", "-a"] + flags + ["--timeout=60", "-e", ssh] + list(extra) + list(sources) + [dest]
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:
             out, err = proc.communicate(timeout=kill_after if kill_after else self.timeout)
@@ -129,7 +129,7 @@ class RsyncStager(b.Stager):
             shlex.quote(self.remote("shared")), shlex.quote(self.remote("jobs", job_id, "inputs")),
             shlex.quote(self.remote("shared", "MANIFEST.sha256")), paths))
         text = self.ssh(cmd).stdout
-        manifest_text, _, remote_text = text.partition("--- remote\n")
+        manifest_text, dummy, remote_text = text.partition("--- remote\n")
         return parse_sha256sum(manifest_text), parse_sha256sum(remote_text)
 
     def _dest_of(self, job_id, item):
@@ -178,7 +178,7 @@ class RsyncStager(b.Stager):
                     it["name"], job_id, rc, err[-300:]), done_bytes=done)
             sent += it["size"] - have
         if todo:
-            _, after = self._remote_state(job_id, todo)
+            dummy, after = self._remote_state(job_id, todo)
             bad = [it for it in todo if after.get(self._dest_of(job_id, it)) != it["sha256"]]
             if bad:
                 self.ssh("rm -f %s" % " ".join(shlex.quote(self._dest_of(job_id, it)) for it in bad))
@@ -202,7 +202,7 @@ class RsyncStager(b.Stager):
         res = self.ssh("stat -c '%%s %%n' %s 2>/dev/null; true" % paths)
         sizes = {}
         for line in res.stdout.splitlines():
-            size, _, name = line.partition(" ")
+            size, dummy, name = line.partition(" ")
             if size.isdigit():
                 sizes[name] = int(size)
         return sizes
@@ -288,7 +288,7 @@ class RsyncStager(b.Stager):
 
 
 def _flip_one_byte(root):
-    for dirpath, _, files in sorted(os.walk(root)):
+    for dirpath, dummy, files in sorted(os.walk(root)):
         for f in sorted(files):
             path = os.path.join(dirpath, f)
             if os.path.getsize(path):
@@ -298,4 +298,3 @@ def _flip_one_byte(root):
                     fh.write(bytes([first[0] ^ 0xFF]))
                 return path
     return None
-

@@ -52,7 +52,7 @@ def _epoch(text):
 def comment_fields(text):
     out = {}
     for word in (text or "").split():
-        k, _, v = word.partition("=")
+        k, dummy, v = word.partition("=")
         if k.startswith("ovf-"):
             out[k] = v
     return out
@@ -80,16 +80,16 @@ class SlurmLocalQueue(b.LocalQueue):
         cmd = ["ssh", "-i", self.ssh_key] + SSH_OPTS + [
             "-o", "ControlMaster=auto", "-o", "ControlPersist=60", "-o", "ControlPath=" + self._ctl,
             "%s@%s" % (self.user, self.host), command]
-        res = subprocess.run(cmd, capture_output=True, text=True, timeout=self.timeout)
+        res = subprocess.run(cmd, capture_output=True, text=True, timeout=self.timeout, check=False)
         if check and res.returncode != 0:
-            raise SlurmError("on %s: %s: rc %d: %s" % (self.host, command[:120], res.returncode,
-                                                        (res.stderr or res.stdout).strip()[-400:]))
+            tail = (res.stderr or res.stdout).strip()[-400:]
+            raise SlurmError("on %s: %s: rc %d: %s" % (self.host, command[:120], res.returncode, tail))
         return res.returncode, res.stdout, res.stderr
 
     # -- queue reading ------------------------------------------------------------------------
     def jobs(self):
         """Every job Slurm still knows, newest last: [{job_id(name), slurm_id, state, reason, ...}]."""
-        _, out, _ = self.run(SQUEUE_CMD)
+        dummy, out, dummy = self.run(SQUEUE_CMD)
         return self._parse(out)
 
     @staticmethod
@@ -137,7 +137,7 @@ class SlurmLocalQueue(b.LocalQueue):
         """Submit a job (what a user does). Returns the Slurm job ID."""
         if not _SAFE.match(job_id) or not _SAFE.match(job_class):
             raise SlurmError("job ID and class must match %s: %r %r" % (_SAFE.pattern, job_id, job_class))
-        _, out, _ = self.run("sbatch --parsable -J %s -c %d --comment %s --wrap %s" % (
+        dummy, out, dummy = self.run("sbatch --parsable -J %s -c %d --comment %s --wrap %s" % (
             job_id, cpus, shlex.quote("ovf-class=%s" % job_class), shlex.quote(command)))
         return out.strip().split(";")[0]
 
@@ -187,8 +187,8 @@ class SlurmLocalQueue(b.LocalQueue):
         """QueueSnapshot from one SSH round trip (squeue + sprio). GPUs per job come from its class;
         free GPUs of a type = total - GPUs of running jobs of that type."""
         now = time.time() if now is None else now
-        _, out, _ = self.run("%s; echo '--- sprio'; sprio -h -o '%%.15i %%.10Y' 2>/dev/null; true" % SQUEUE_CMD)
-        sq, _, sp = out.partition("--- sprio\n")
+        dummy, out, dummy = self.run("%s; echo '--- sprio'; sprio -h -o '%%.15i %%.10Y' 2>/dev/null; true" % SQUEUE_CMD)
+        sq, dummy, sp = out.partition("--- sprio\n")
         rows = self._parse(sq)
         prio = {}
         for line in sp.splitlines():

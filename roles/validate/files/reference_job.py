@@ -22,8 +22,8 @@ def main():
     lr = float(os.environ.get("REF_LR", "0.05"))
     precision = os.environ.get("REF_PRECISION", "float64")
     rng = random.Random(seed)
-    true_w = [rng.uniform(-2, 2) for _ in range(d)]
-    xs = [[rng.gauss(0, 1) for _ in range(d)] for _ in range(n)]
+    true_w = [rng.uniform(-2, 2) for dummy in range(d)]
+    xs = [[rng.gauss(0, 1) for dummy in range(d)] for dummy in range(n)]
     ys = [sum(a * b for a, b in zip(x, true_w)) + rng.gauss(0, 0.1) for x in xs]
 
     def q(value):
@@ -33,7 +33,7 @@ def main():
         return value
 
     w = [0.0] * d
-    for _ in range(steps):
+    for dummy in range(steps):
         grad = [0.0] * d
         for x, y in zip(xs, ys):
             err = sum(a * b for a, b in zip(x, w)) - y

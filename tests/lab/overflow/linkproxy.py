@@ -138,8 +138,8 @@ class LinkProxy(object):
                         self._write_mode_file()
                         return          # the answer is swallowed; the client sees a closed connection
                     client.sendall(data)
-        except OSError:
-            return
+        except (OSError, ValueError):
+            return  # a socket closed under us by stop() or link-down (select sees fd -1)
         finally:
             for s in (client, server):
                 self.conns.discard(s)

@@ -45,8 +45,7 @@ def test_strategic_merge_conditions_containers_taints():
         "metadata": {"finalizers": ["f2"]},
         "spec": {"containers": [{"name": "a", "env": [{"name": "B", "value": "2"}]}]}}, "Pod")
     assert out["metadata"]["finalizers"] == ["f1", "f2"]
-    assert out["spec"]["containers"][0]["env"] == [{"name": "A", "value": "1"},
-                                                    {"name": "B", "value": "2"}]
+    assert out["spec"]["containers"][0]["env"] == [{"name": "A", "value": "1"}, {"name": "B", "value": "2"}]
     assert out["spec"]["containers"][1] == {"name": "b", "image": "y"}
     out = patch.strategic_merge_patch(
         pod, {"metadata": {"$deleteFromPrimitiveList/finalizers": ["f1"]}}, "Pod")
@@ -172,7 +171,7 @@ def test_job_backoff_limit_fails_job():
     store.create(BY_PLURAL["jobs"], "default", {"metadata": {"name": "j"}, "spec": {
         "backoffLimit": 1, "template": {"spec": {"restartPolicy": "Never",
                                                  "containers": [{"name": "c"}]}}}})
-    for _ in range(2):
+    for dummy in range(2):
         ctl.run_once()
         pods = [p for p in store.items("pods", "default") if p["status"]["phase"] != "Failed"]
         assert len(pods) == 1 and pods[0]["spec"]["nodeName"] == "n1"

@@ -14,8 +14,8 @@ from k8s_emulator.store import ApiError, Store  # noqa: E402
 def test_count_quota_refuses_the_job_over_the_limit_with_403():
     st = Store()
     st.create(BY_PLURAL["namespaces"], None, {"metadata": {"name": "ovf"}})
-    st.create(BY_PLURAL["resourcequotas"], "ovf", {"metadata": {"name": "jobs"},
-                                                    "spec": {"hard": {"count/jobs.batch": "1"}}})
+    st.create(BY_PLURAL["resourcequotas"], "ovf",
+              {"metadata": {"name": "jobs"}, "spec": {"hard": {"count/jobs.batch": "1"}}})
     st.create(BY_PLURAL["jobs"], "ovf", {"metadata": {"name": "a"}, "spec": {"template": {"spec": {}}}})
     with pytest.raises(ApiError) as err:
         st.create(BY_PLURAL["jobs"], "ovf", {"metadata": {"name": "b"}, "spec": {"template": {"spec": {}}}})

@@ -1,6 +1,6 @@
 """The all_reduce_perf stand-in prints nccl-tests' real table and summary."""
 import re
-from lab_packages_support import a100_spec, node, real_output  # noqa: F401  (fixtures)
+from lab_packages_support import a100_spec, node, real_output  # noqa: F401 (fixtures)  pylint: disable=unused-import
 
 ROW = re.compile(r"^\s+(\d+)\s+(\d+)\s+(\w+)\s+(\w+)\s+(-?\d+)"
                  r"\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+(\S+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+(\S+)$")
@@ -47,7 +47,10 @@ def test_busbw_formula_and_saturation(node):
 def test_deterministic(node):
     first = node.nccl("-b", "8", "-e", "128M", "-f", "2", "-g", "8").stdout
     again = node.nccl("-b", "8", "-e", "128M", "-f", "2", "-g", "8").stdout
-    strip = lambda t: [l for l in t.splitlines() if "Pid" not in l]
+
+    def strip(text):
+        return [line for line in text.splitlines() if "Pid" not in line]
+
     assert strip(first) == strip(again)
 
 

@@ -4,7 +4,7 @@ import os
 import subprocess
 
 import pytest
-from lab_packages_support import build_module  # noqa: F401  (fixture)
+from lab_packages_support import build_module  # noqa: F401 (fixture)  pylint: disable=unused-import
 
 DEBS = {
     "nvidia-driver-535_535.230.02-1_all.deb", "nvidia-driver-535_535.247.01-1_all.deb",

@@ -4,7 +4,7 @@ import os
 import subprocess
 
 import pytest
-from lab_packages_support import PACKAGES, build_module  # noqa: F401  (fixture)
+from lab_packages_support import PACKAGES, build_module  # noqa: F401 (fixture)  pylint: disable=unused-import
 
 
 def _fake_deb(cache, name, version, arch="amd64", marker="one"):

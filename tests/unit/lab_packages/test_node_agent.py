@@ -9,7 +9,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from lab_packages_support import AGENT_DIR, NVIDIA_SMI, load_module, node  # noqa: F401  (fixture)
+from lab_packages_support import AGENT_DIR, NVIDIA_SMI, load_module, node  # noqa: F401 (fixture)  pylint: disable=unused-import
 
 agent = load_module("hgpu_node_agent", os.path.join(AGENT_DIR, "agent.py"))
 
@@ -60,7 +60,7 @@ def test_read_gpus_and_labels_via_standin(node):
     import sys
 
     def runner(argv, **kw):
-        return subprocess.run([sys.executable, NVIDIA_SMI] + argv[1:], env=node.env(), **kw)
+        return subprocess.run([sys.executable, NVIDIA_SMI] + argv[1:], env=node.env(), **kw, check=False)
     gpus, driver = agent.read_gpus("nvidia-smi", runner=runner)
     assert len(gpus) == 8 and gpus[0] == ("NVIDIA A100-SXM4-80GB", 81920)
     assert driver == "535.230.02"
@@ -98,7 +98,7 @@ def test_container_plan():
     argv, env = agent.container_plan(pod, container, "n1", "/w", [0, 1])
     assert argv == ["sh", "-c", "echo $X"]
     assert env["X"] == "1" and env["NODE"] == "n1" and env["CUDA_VISIBLE_DEVICES"] == "0,1"
-    _, env = agent.container_plan(pod, {"name": "c", "command": ["true"]}, "n1", "/w", None)
+    dummy, env = agent.container_plan(pod, {"name": "c", "command": ["true"]}, "n1", "/w", None)
     assert "CUDA_VISIBLE_DEVICES" not in env
     with pytest.raises(ValueError):
         agent.container_plan(pod, {"name": "c", "image": "x"}, "n1", "/w", None)
@@ -142,7 +142,7 @@ class FakeApi:
                 if node is None:
                     return self.status(404, "NotFound", "nodes not found")
                 if len(parts) == 5:
-                    node["status"].update({k: v for k, v in body["status"].items()})
+                    node["status"].update(body["status"])
                 else:
                     node["metadata"]["labels"].update(body["metadata"]["labels"])
                 return 200, node

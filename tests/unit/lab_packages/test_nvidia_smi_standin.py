@@ -1,7 +1,7 @@
 """The nvidia-smi stand-in prints the real tool's formats for the node's GPU spec."""
 import os
 import xml.etree.ElementTree as ET
-from lab_packages_support import a100_spec, node, real_output  # noqa: F401  (fixtures)
+from lab_packages_support import a100_spec, node, real_output  # noqa: F401 (fixtures)  pylint: disable=unused-import
 
 
 ROWS = 8

@@ -1,6 +1,6 @@
 """The stand-ins' output parses with the collection's real-format parsers."""
 from ansible_collections.hybridgpu.fleet.plugins.module_utils import nccl, nvidia_smi
-from lab_packages_support import a100_spec, node  # noqa: F401  (fixtures)
+from lab_packages_support import a100_spec, node  # noqa: F401 (fixtures)  pylint: disable=unused-import
 
 
 def test_query_csv_parses(node):

@@ -24,7 +24,7 @@ NS = "drain-test"
 def cluster(tmp_path_factory):
     from k8s_emulator import serve
     work = str(tmp_path_factory.mktemp("emu"))
-    ca, _ = labpki.make_ca(work)
+    ca, dummy = labpki.make_ca(work)
     crt, key = labpki.make_server_cert(work, work, ["127.0.0.1", "localhost"])
     token = secrets.token_hex(16)
     tokens = os.path.join(work, "tokens.csv")
@@ -103,7 +103,7 @@ def test_classify_skips_mirror_and_daemonset_and_blocks_unmanaged():
     assert [i["name"] for i in evict] == ["rs", "done"]
     assert sorted(i["name"] for i in skipped) == ["ds", "static"]
     assert [i["name"] for i in blockers] == ["bare"]
-    evict, _, blockers = classify([p("bare")], allow_unmanaged=True)
+    evict, dummy, blockers = classify([p("bare")], allow_unmanaged=True)
     assert [i["name"] for i in evict] == ["bare"] and not blockers
 
 

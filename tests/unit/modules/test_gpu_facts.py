@@ -194,14 +194,12 @@ def _write_spec(tmp_path, mig="Disabled"):
     return env, str(wrapper)
 
 
-
-
 def test_lab_standin_parses_with_real_parsers(tmp_path):
     assert os.path.isfile(STANDIN), "lab nvidia-smi stand-in missing: %s" % STANDIN
     env, smi = _write_spec(tmp_path, mig="Enabled")
 
     def run(argv):
-        proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=30)
+        proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=30, check=False)
         return proc.returncode, proc.stdout, proc.stderr
 
     node = gpu_facts.NodeAccess(run=run, which=lambda name: smi if name == "nvidia-smi" else None,
@@ -224,7 +222,7 @@ def test_module_end_to_end_with_standin(tmp_path):
     args.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": {"_ansible_check_mode": True}}))
     module = os.path.join(ROOT, "plugins", "modules", "gpu_facts.py")
     proc = subprocess.run([sys.executable, module, str(args)], env=env, capture_output=True,
-                          text=True, timeout=60)
+                          text=True, timeout=60, check=False)
     result = json.loads(proc.stdout)
     assert proc.returncode == 0, result
     facts = result["ansible_facts"]["hybridgpu_gpu"]
@@ -241,7 +239,7 @@ def test_module_fails_with_driver_message(tmp_path):
     args.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": {"nvidia_smi_path": smi}}))
     module = os.path.join(ROOT, "plugins", "modules", "gpu_facts.py")
     proc = subprocess.run([sys.executable, module, str(args)], env=env, capture_output=True,
-                          text=True, timeout=60)
+                          text=True, timeout=60, check=False)
     result = json.loads(proc.stdout)
     assert result.get("failed") is True
     assert "couldn't communicate with the NVIDIA driver" in result["msg"]

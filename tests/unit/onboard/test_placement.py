@@ -32,7 +32,7 @@ def test_bad_declarations(labels, taints, needle):
 
 
 def test_values_are_converted_to_strings():
-    labels, _ = pl.normalize({"hybridgpu.io/gpus": 8, "hybridgpu.io/ok": True}, [])
+    labels, dummy = pl.normalize({"hybridgpu.io/gpus": 8, "hybridgpu.io/ok": True}, [])
     assert labels == {"hybridgpu.io/gpus": "8", "hybridgpu.io/ok": "true"}
 
 

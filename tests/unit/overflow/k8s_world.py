@@ -19,7 +19,7 @@ TOKEN = "ovf-admin-token"
 class K8sWorld(object):
     def __init__(self, tmp):
         tmp = str(tmp)
-        ca, _ = labpki.make_ca(os.path.join(tmp, "pki"))
+        ca, dummy = labpki.make_ca(os.path.join(tmp, "pki"))
         crt, key = labpki.make_server_cert(os.path.join(tmp, "pki"), os.path.join(tmp, "pki"),
                                            ["127.0.0.1", "localhost"])
         tokens = os.path.join(tmp, "tokens.csv")

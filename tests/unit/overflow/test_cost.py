@@ -83,8 +83,8 @@ def test_cost_block_errors_name_the_field(tmp_path):
     import yaml
     from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow import jobclass
     f = tmp_path / "c.yml"
-    f.write_text(yaml.safe_dump({"classes": {}, "cost": {"prices": {"gpu_hours": 1, "egress_per_gb": -1},
-                                                           "warm_pool_gpus": "two", "other": 1}}))
+    cost = {"prices": {"gpu_hours": 1, "egress_per_gb": -1}, "warm_pool_gpus": "two", "other": 1}
+    f.write_text(yaml.safe_dump({"classes": {}, "cost": cost}))
     with pytest.raises(jobclass.JobClassError) as exc:
         jobclass.load_cost(str(f))
     msg = str(exc.value)

@@ -21,8 +21,8 @@ def test_needs_min_runs():
 
 def test_stops_when_spread_settles():
     rnd = random.Random(1)
-    transfer = [100 + rnd.gauss(0, 5) for _ in range(200)]
-    queue = [900 + rnd.gauss(0, 60) for _ in range(200)]
+    transfer = [100 + rnd.gauss(0, 5) for dummy in range(200)]
+    queue = [900 + rnd.gauss(0, 60) for dummy in range(200)]
     stopped = None
     for n in range(1, 201):
         r = d.should_stop({"transfer": transfer[:n], "queue": queue[:n]}, rel_tol=0.05, min_runs=5, max_runs=200)

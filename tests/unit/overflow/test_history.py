@@ -15,9 +15,9 @@ def rec(cls, submit, wait, run, gpus=1, inb=0, outb=0):
 
 def test_seed_example_classes():
     # large-input: the seed's 2 TB job waits 9 h past the trigger -> moves; 40 TB job stays
-    records = [rec("large", 0, 9 * H, 4 * H, 8, 2 * 10**12, 40 * 10**9) for _ in range(5)]
-    records += [rec("huge", 0, 9 * H, 4 * H, 8, 40 * 10**12, 40 * 10**9) for _ in range(5)]
-    records += [rec("vault", 0, 9 * H, 4 * H, 1, 10**9, 10**9) for _ in range(5)]
+    records = [rec("large", 0, 9 * H, 4 * H, 8, 2 * 10**12, 40 * 10**9) for dummy in range(5)]
+    records += [rec("huge", 0, 9 * H, 4 * H, 8, 40 * 10**12, 40 * 10**9) for dummy in range(5)]
+    records += [rec("vault", 0, 9 * H, 4 * H, 1, 10**9, 10**9) for dummy in range(5)]
     rep = h.analyze(records, link_bps=5e9, dispatch_s=600, cloud_queue_s=900, restricted=["vault"])
     large = rep["classes"]["large"]
     assert large["share_sooner_in_cloud"] == 1.0
@@ -54,7 +54,7 @@ def test_pool_rule_on_known_step_function():
 def test_window_straddling_interval():
     # windows start at the first event (t=0); 4 GPUs wait from 450 s to 1350 s
     records = [rec("a", 0, 0, 60, 1), rec("a", 450, 900, 60, 4)]
-    windows, _ = h.waiting_demand_windows(records, 900)
+    windows, dummy = h.waiting_demand_windows(records, 900)
     assert windows == [pytest.approx(2.0), pytest.approx(2.0)]
 
 

@@ -13,7 +13,7 @@ def run(module, args, check=False):
     env = dict(os.environ, ANSIBLE_STDOUT_CALLBACK="json", ANSIBLE_LOAD_CALLBACK_PLUGINS="1")
     cmd = [os.path.join(os.path.dirname(sys.executable), "ansible"), "localhost", "-c", "local",
            "-m", "hybridgpu.fleet." + module, "-a", json.dumps(args)] + (["--check"] if check else [])
-    out = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    out = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, check=False)
     return json.loads(out.stdout)["plays"][0]["tasks"][0]["hosts"]["localhost"]
 
 

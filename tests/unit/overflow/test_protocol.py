@@ -100,7 +100,7 @@ def test_node_lost_every_time_returns_to_local_at_cap(tmp_path):
     w = World(str(tmp_path / "t.db"), max_attempts=2)
     w.add("job-1")
     w.disp.dispatch("job-1", "large-input", {}, INPUTS)
-    for _ in range(2):
+    for dummy in range(2):
         w.cloud.lose_node("job-1")
         r = w.disp.step("job-1")
     assert r["outcome"] == "released" and "cap 2" in r["reason"]

@@ -97,7 +97,7 @@ class Sim(object):
 
     def check(self):
         w = self.w
-        created = [att for _, att in w.cloud.creations]
+        created = [att for dummy, att in w.cloud.creations]
         assert len(created) == len(set(created)), "an attempt created two cloud Jobs"
         started_locally = {jid for jid, what in w.local.history if what == "started"}
         for j in JOBS:
@@ -114,7 +114,7 @@ class Sim(object):
         w.cloud.drop_responses = w.cloud.reject_next = 0
         w.stager.interrupt_next = w.stager.corrupt_next = w.stager.fail_return_next = 0
         w.local.started_on_hold.clear()
-        for _ in range(30):
+        for dummy in range(30):
             for j in JOBS:
                 w.cloud.advance(j)
                 w.disp.step(j)

@@ -41,7 +41,8 @@ def test_seed_example_40tb_moves_when_data_already_in_cloud():
 
 
 def test_cold_image_pull_counted():
-    kw = dict(SEED, image_cached=False)
+    kw = dict(SEED)
+    kw["image_cached"] = False
     r = tm.compare(input_bytes="2TB", image_bytes="25GB", **kw)
     assert r["cloud"]["image_pull_s"] == pytest.approx(40.0)
 

@@ -83,7 +83,7 @@ def check(result, expected, label):
         if isinstance(want, bool):
             ok = got is want
         elif isinstance(want, int):
-            ok = type(got) is int and got == want
+            ok = isinstance(got, int) and not isinstance(got, bool) and got == want
         elif isinstance(want, float):
             ok = isinstance(got, (int, float)) and not isinstance(got, bool) and \
                 abs(got - want) <= 1e-9 * max(1.0, abs(want))

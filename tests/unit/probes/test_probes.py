@@ -73,7 +73,7 @@ def test_local_mtu_hint():
 
 
 def test_unreachable_target_fails():
-    send, _ = path(0, "blackhole")
+    send, dummy = path(0, "blackhole")
     out = p.pmtu_search(send, 1500, 576)
     res = p.pmtu_result({"address": ADDR}, out)
     assert res["observed"] == "error" and res["verdict"] == "fail" and "unreachable" in res["evidence"]

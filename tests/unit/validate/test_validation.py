@@ -83,7 +83,10 @@ def test_reference_script_is_deterministic_and_learns():
     b = run_reference(steps=50)
     assert a == b
     assert a["loss"] < 0.5  # regression with noise 0.1 converges well below the initial loss
-    side = lambda node, res: {"node": node, "image": "python:3.11", "result": res}  # noqa: E731
+
+    def side(node, res):
+        return {"node": node, "image": "python:3.11", "result": res}
+
     out = v.reference_verdict(side("owned-a100-1", a), side("cloud-h200-1", b))
     assert out["passed"] and out["checksum_match"]
 
@@ -92,7 +95,10 @@ def test_reference_outside_tolerance_fails_on_metric():
     a = run_reference(steps=50)
     b = run_reference(steps=10)
     b["steps"] = 50  # same declared inputs, different numbers: the metric must catch it
-    side = lambda node, res: {"node": node, "image": "img", "result": res}  # noqa: E731
+
+    def side(node, res):
+        return {"node": node, "image": "img", "result": res}
+
     out = v.reference_verdict(side("o", a), side("c", b), compare="metric", tolerance=0.01)
     assert not out["passed"]
     assert "above tolerance 0.01" in out["reasons"][0]
