@@ -67,6 +67,27 @@ def test_module_docs_render(module_docs, module):
     yaml.safe_load(doc["examples"])
 
 
+def _filters():
+    """Every filter name the collection's filter plugins export."""
+    sys.path.insert(0, os.path.join(ROOT, ".collections"))
+    names = []
+    for path in glob.glob(os.path.join(ROOT, "plugins", "filter", "*.py")):
+        mod = __import__("ansible_collections.hybridgpu.fleet.plugins.filter." + os.path.basename(path)[:-3],
+                         fromlist=["FilterModule"])
+        names += list(mod.FilterModule().filters())
+    return sorted(names)
+
+
+def test_every_filter_is_documented():
+    names = _filters()
+    assert names
+    docs = ansible_doc(["-t", "filter"] + ["hybridgpu.fleet.%s" % n for n in names], os.path.join(ROOT, ".collections"))
+    for name in names:
+        doc = docs["hybridgpu.fleet.%s" % name]
+        assert doc["doc"]["short_description"] and doc["doc"]["options"]["_input"]["description"], name
+        assert doc["examples"].strip() and doc["return"]["_value"]["description"], name
+
+
 @pytest.mark.parametrize("role", ROLES)
 def test_role_argument_specs_render(role):
     doc = ansible_doc(["-t", "role", "hybridgpu.fleet.%s" % role], os.path.join(ROOT, ".collections"))
