@@ -41,7 +41,7 @@ author:
 EXAMPLES = r"""
 - name: Validate the lab boundary
   hybridgpu.fleet.access_boundary:
-    path: "{{ playbook_dir }}/../inventories/lab/preflight/boundary.yml"
+    path: "{{ inventory_dir }}/preflight/boundary.yml"
   delegate_to: localhost
   run_once: true
   register: boundary
@@ -52,7 +52,7 @@ status:
   description: Signature status; pass it to compat_matrix as boundary_status.
   returned: success
   type: dict
-  sample: {status: unsigned, reasons: [not signed], security_owner: sec-owner, applies_to: {nodes: [owned-a100-1], groups: []}}
+  sample: {status: unsigned, reasons: [not signed], security_owner: sec-owner, applies_to: {nodes: [dh1-a100-01], groups: []}}
 allowed_agents:
   description: Agents allowed on owned hosts, sorted by name.
   returned: success

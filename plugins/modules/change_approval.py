@@ -88,7 +88,7 @@ EXAMPLES = r"""
     record_text: "{{ change_record }}"
     signature: "{{ change_signature }}"
     action: remove
-    targets: [owned-a100-2]
+    targets: [dh1-a100-02]
   delegate_to: localhost
   run_once: true
 """
@@ -105,8 +105,8 @@ approval:
     approver: sec-owner
     requester: ops-oncall
     executor: ops-oncall
-    targets: [owned-a100-2]
-    approved_targets: [owned-a100-2]
+    targets: [dh1-a100-02]
+    approved_targets: [dh1-a100-02]
     window: {start: "2025-06-01T08:00:00Z", end: "2025-06-01T12:00:00Z"}
     four_eyes: true
 problems:

@@ -45,7 +45,7 @@ EXAMPLES = r"""
 - name: Compare the lab ranges with the cloud default VPC
   hybridgpu.fleet.cidr_overlap:
     onprem:
-      - {name: nodes, cidr: 10.213.77.0/24, kind: node}
+      - {name: nodes, cidr: 10.40.1.0/24, kind: node}
       - {name: pods, cidr: 10.244.0.0/16, kind: pod}
     cloud:
       - {name: default-vpc, cidr: 10.0.0.0/8, kind: vpc}
@@ -61,11 +61,11 @@ overlaps:
   type: list
   elements: dict
   sample:
-    - a: {side: onprem, name: nodes, cidr: 10.213.77.0/24, kind: node}
+    - a: {side: onprem, name: nodes, cidr: 10.40.1.0/24, kind: node}
       b: {side: cloud, name: default-vpc, cidr: 10.0.0.0/8, kind: vpc}
       relation: contained_by
       ip_version: 4
-      overlap: 10.213.77.0-10.213.77.255
+      overlap: 10.40.1.0-10.40.1.255
 count:
   description: Number of overlapping pairs.
   returned: success

@@ -80,7 +80,7 @@ EXAMPLES = r"""
 - name: Start the time responder on the control host
   hybridgpu.fleet.clock_probe:
     mode: serve
-    server: 10.213.77.1
+    server: 10.40.0.10
     expect_clients: "{{ ansible_play_hosts | length }}"
   delegate_to: localhost
   run_once: true
@@ -90,7 +90,7 @@ EXAMPLES = r"""
 
 - name: Measure each node's offset
   hybridgpu.fleet.clock_probe:
-    server: 10.213.77.1
+    server: 10.40.0.10
     max_offset_ms: 100
   register: clock
 """

@@ -105,11 +105,11 @@ matrix:
       - rule: cuda-driver-minimum
         severity: error
         rows: [a100-535]
-        nodes: [owned-a100-1, owned-a100-2]
+        nodes: [dh1-a100-01, dh1-a100-02]
         message: driver 535.230.02 is older than 550.54.14 required by CUDA 12.4
         citation: {title: "NVIDIA CUDA Toolkit Release Notes ...", url: "https://docs.nvidia.com/cuda/cuda-toolkit-release-notes/index.html"}
     wave:
-      nodes: [{node: owned-a100-1, row: a100-535, purpose: row_representative}]
+      nodes: [{node: dh1-a100-01, row: a100-535, purpose: row_representative}]
 """
 
 from ansible.module_utils.basic import AnsibleModule

@@ -75,8 +75,8 @@ EXAMPLES = r"""
 - name: Host firewall variables for an owned node
   hybridgpu.fleet.firewall_rules:
     node: "{{ inventory_hostname }}"
-    path_table: inventories/lab/preflight/paths.yml
-    boundary: inventories/lab/preflight/boundary.yml
+    path_table: "{{ inventory_dir }}/preflight/paths.yml"
+    boundary: "{{ inventory_dir }}/preflight/boundary.yml"
   delegate_to: localhost
   register: fw
 """

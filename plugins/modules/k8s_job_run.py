@@ -101,10 +101,10 @@ EXAMPLES = r"""
 - name: Reference job on one node
   hybridgpu.fleet.k8s_job_run:
     context: onprem
-    name: ref-owned-a100-1
+    name: ref-dh1-a100-01
     image: python:3.11-slim
     command: [python3, -c, "print('hello')"]
-    node_name: owned-a100-1
+    node_name: dh1-a100-01
     gpus: 1
     cleanup: true
   register: ref

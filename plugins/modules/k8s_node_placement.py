@@ -65,7 +65,7 @@ EXAMPLES = r"""
   hybridgpu.fleet.k8s_node_placement:
     kubeconfig: /etc/hybridgpu/kubeconfig
     context: onprem
-    name: owned-a100-1
+    name: dh1-a100-01
     labels:
       hybridgpu.io/side: owned
       hybridgpu.io/node-group: ng_a100_535

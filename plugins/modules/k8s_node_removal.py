@@ -75,7 +75,7 @@ EXAMPLES = r"""
     state: token_refused
     name: owned-l40s-1
     token_file: records/removals/owned-l40s-1/CHG-77.revoked-token
-    server: https://10.213.77.1:6443
+    server: https://k8s-api.dh1.example.internal:6443
     server_ca: /etc/hybridgpu/ca.crt
   delegate_to: localhost
 """

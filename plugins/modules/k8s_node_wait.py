@@ -49,7 +49,7 @@ EXAMPLES = r"""
 - name: Wait until the node is reported Unknown after its management link was cut
   hybridgpu.fleet.k8s_node_wait:
     context: onprem
-    name: owned-a100-2
+    name: dh1-a100-02
     ready: [Unknown, "False"]
     timeout: 45
   register: lost

@@ -53,9 +53,9 @@ EXAMPLES = r"""
 - name: Probe the paths that start on this node
   hybridgpu.fleet.net_probe:
     probes:
-      - {id: "owned-agent-to-api:allow:control", protocol: tcp, address: 10.213.77.1, port: 6443}
-      - {id: "owned-agent-to-api:neighbour_port:control", protocol: tcp, address: 10.213.77.1, port: 6444}
-      - {id: "mgmt-ping", protocol: icmp, address: 10.213.77.1}
+      - {id: "owned-agent-to-api:allow:control", protocol: tcp, address: 10.40.0.10, port: 6443}
+      - {id: "owned-agent-to-api:neighbour_port:control", protocol: tcp, address: 10.40.0.10, port: 6444}
+      - {id: "mgmt-ping", protocol: icmp, address: 10.40.0.10}
   register: probed
 """
 
@@ -68,7 +68,7 @@ probe_results:
     "owned-agent-to-api:allow:control":
       observed: open
       elapsed_ms: 0.412
-      evidence: tcp 10.213.77.1:7443 handshake completed from 10.213.77.13:51234
+      evidence: tcp 10.40.0.10:7443 handshake completed from 10.40.2.41:51234
 host:
   description: Node name of the host the probes ran on.
   returned: success

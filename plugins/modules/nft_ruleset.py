@@ -87,18 +87,18 @@ author:
 EXAMPLES = r"""
 - name: Narrow inbound rules, SSH from the control host only, rollback in 90 s unless confirmed
   hybridgpu.fleet.nft_ruleset:
-    management_sources: [10.213.77.1/32]
+    management_sources: [10.40.0.10/32]
     control_address: "{{ ansible_env.SSH_CLIENT.split()[0] }}"
     inbound:
       - name: node-exporter
         proto: tcp
         ports: [9100]
-        sources: [10.213.77.1/32]
+        sources: [10.40.0.10/32]
     egress:
       enforce: true
       allow:
         - name: onprem-api
-          dest: 10.213.77.1/32
+          dest: 10.40.0.10/32
           ports: [6443]
     confirm_timeout: 90
 

@@ -37,7 +37,7 @@ author:
 EXAMPLES = r"""
 - name: Refuse agents the boundary does not list
   hybridgpu.fleet.node_agents_check:
-    boundary: inventories/lab/preflight/boundary.yml
+    boundary: "{{ inventory_dir }}/preflight/boundary.yml"
     agents:
       - name: hybridgpu-gpu-exporter
         binary: {src: hybridgpu-gpu-exporter.py, dest: /usr/local/lib/hybridgpu/gpu-exporter.py}

@@ -69,7 +69,7 @@ EXAMPLES = r"""
     context: onprem
     name: "{{ inventory_hostname }}"
     cluster_name: onprem
-    node_server: https://10.213.77.1:6443
+    node_server: https://k8s-api.dh1.example.internal:6443
     node_ca_file: "{{ hgpu_lab_ca }}"
   delegate_to: localhost
   register: cred
@@ -78,7 +78,7 @@ EXAMPLES = r"""
 - name: Revoke it (removal)
   hybridgpu.fleet.node_credential:
     context: onprem
-    name: owned-a100-1
+    name: dh1-a100-01
     state: absent
   delegate_to: localhost
 """
@@ -88,7 +88,7 @@ secret:
   description: Namespace and name of the token Secret.
   returned: always
   type: dict
-  sample: {namespace: kube-system, name: node-owned-a100-1-token}
+  sample: {namespace: kube-system, name: node-dh1-a100-01-token}
 uid:
   description: The Secret's uid (for the manifest), when it exists.
   returned: state is present and the Secret exists
@@ -97,7 +97,7 @@ user:
   description: The identity the token authenticates as.
   returned: always
   type: str
-  sample: system:node:owned-a100-1
+  sample: system:node:dh1-a100-01
 kubeconfig:
   description: Kubeconfig (JSON) for the node's agent. Holds the token.
   returned: state is present and the Secret exists

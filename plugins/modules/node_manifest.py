@@ -77,7 +77,7 @@ EXAMPLES = r"""
       - {kind: package, name: hybridgpu-node-agent}
       - {kind: unit, name: hybridgpu-node-agent.service, enabled: true}
       - {kind: api_object, cluster: onprem, api_version: v1, resource: secrets,
-         namespace: kube-system, name: node-owned-a100-1-token}
+         namespace: kube-system, name: node-dh1-a100-01-token}
   delegate_to: localhost
 """
 

@@ -104,10 +104,10 @@ EXAMPLES = r"""
     path: policy
     tracker_db: /srv/overflow/tracker.db
     job_classes: "{{ inventory_dir }}/overflow/job_classes.yml"
-    local_queue: {kind: slurm, host: 10.213.77.5, ssh_key: ~/.ssh/id_ed25519}
+    local_queue: {kind: slurm, host: 10.40.0.5, ssh_key: ~/.ssh/id_ed25519}
     total_gpus: {"NVIDIA A100-SXM4-80GB": 8}
     cloud: {kubeconfig: ~/.kube/config, context: cloud, namespace: overflow}
-    storage: {host: 10.213.77.30, ssh_key: ~/.ssh/id_ed25519, onprem_root: /srv/overflow/results}
+    storage: {host: 10.128.8.30, ssh_key: ~/.ssh/id_ed25519, onprem_root: /srv/overflow/results}
     job_template: {command: [python3, /opt/job.py, "{shared}"]}
   register: pass_result
 """

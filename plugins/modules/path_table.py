@@ -39,14 +39,14 @@ author:
 EXAMPLES = r"""
 - name: Load the lab path table and its probes
   hybridgpu.fleet.path_table:
-    path: "{{ playbook_dir }}/../inventories/lab/preflight/paths.yml"
+    path: "{{ inventory_dir }}/preflight/paths.yml"
   delegate_to: localhost
   run_once: true
   register: paths
 
 - name: Judge the probe results
   hybridgpu.fleet.path_table:
-    path: "{{ playbook_dir }}/../inventories/lab/preflight/paths.yml"
+    path: "{{ inventory_dir }}/preflight/paths.yml"
     results: "{{ probe_results }}"
   delegate_to: localhost
   run_once: true

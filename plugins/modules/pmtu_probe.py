@@ -57,7 +57,7 @@ EXAMPLES = r"""
 - name: Measure the tunnel path to an owned node
   hybridgpu.fleet.pmtu_probe:
     targets:
-      - {id: tunnel-to-l40s, address: 10.213.77.13, expected_mtu: 1500}
+      - {id: tunnel-to-dh2-l40s-01, address: 10.40.2.41, expected_mtu: 1500}
   register: pmtu
 """
 
@@ -70,7 +70,7 @@ probe_results:
   returned: success
   type: dict
   sample:
-    tunnel-to-l40s:
+    tunnel-to-dh2-l40s-01:
       effective_mtu: 1380
       blackhole: true
       recommended_mtu: 1380

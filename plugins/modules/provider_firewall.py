@@ -71,9 +71,9 @@ author:
 EXAMPLES = r"""
 - name: Only the site's NAT egress may scrape the exporters
   hybridgpu.fleet.provider_firewall:
-    management_sources: [10.213.77.1/32]
+    management_sources: [10.40.0.10/32]
     rules:
-      - {name: scrape-node-exporter, protocol: tcp, ports: ["9100"], sources: [10.213.77.1/32]}
+      - {name: scrape-node-exporter, protocol: tcp, ports: ["9100"], sources: [10.40.0.10/32]}
 """
 
 RETURN = r"""

@@ -44,7 +44,7 @@ EXAMPLES = r"""
   hybridgpu.fleet.workload_snapshot:
     context: onprem
     before: "{{ before.snapshot }}"
-    exclude_nodes: [owned-a100-2]
+    exclude_nodes: [dh1-a100-02]
   delegate_to: localhost
   register: after
 """
