@@ -8,7 +8,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: firewall_rules
 short_description: Derive a node's host or provider firewall rules from the path table and boundary
-version_added: 0.2.0
+version_added: "0.1.0"
 description:
   - Reads the preflight path table and, for owned nodes, the access boundary, and returns
     the firewall rules for one node. Read-only; runs on the control host.

@@ -8,7 +8,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: k8s_job_run
 short_description: Run a Kubernetes Job and read back its Pod's node, phase, exit code and log
-version_added: 0.1.0
+version_added: "0.1.0"
 description:
   - Creates a batch/v1 Job (backoffLimit 0, restartPolicy Never) whose Pod is pinned by a
     required node affinity on C(kubernetes.io/hostname) and/or a nodeSelector, waits for it

@@ -8,7 +8,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: k8s_node_info
 short_description: List the Nodes of a cluster with their GPU capacity and readiness
-version_added: 0.1.0
+version_added: "0.1.0"
 description:
   - Reads Nodes through the Kubernetes API with one list call and returns, per Node, its
     readiness, schedulability, labels, taints, GPU capacity and versions.

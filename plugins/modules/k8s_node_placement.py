@@ -8,7 +8,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: k8s_node_placement
 short_description: Own the placement labels and taints of a Node under managed prefixes
-version_added: 0.2.0
+version_added: "0.1.0"
 description:
   - Sets the declared labels and taints on a Node through the Kubernetes API and removes
     labels and taints under the managed prefixes that are no longer declared. Labels and

@@ -8,7 +8,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: k8s_node_removal
 short_description: The API side of a node removal - delete the Node, revoke its token, prove the token is refused
-version_added: 0.3.0
+version_added: "0.1.0"
 description:
   - V(node_deleted) deletes the Node, refusing one that is not cordoned (a drain that did
     not complete leaves it schedulable, kubespray #7137).

@@ -8,7 +8,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: k8s_node_wait
 short_description: Wait until a Node's Ready condition has one of the given statuses
-version_added: 0.1.0
+version_added: "0.1.0"
 description:
   - Polls one Node and returns the moment (epoch seconds) its Ready condition was first seen
     with one of I(ready), and the condition's own C(lastTransitionTime).

@@ -8,7 +8,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: nft_ruleset
 short_description: Own one nftables table on a host, applied atomically with a rollback timer
-version_added: 0.1.0
+version_added: "0.1.0"
 description:
   - Renders an C(inet) table from declared inbound rules (narrowest sources), an optional
     egress allowlist, and the management sources whose SSH is always let in.

@@ -8,7 +8,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: node_agents_check
 short_description: Check agents declared as data against the access boundary
-version_added: 0.2.0
+version_added: "0.1.0"
 description:
   - Validates each declared agent (name, package or binary, systemd unit, user, privileges,
     capabilities, outbound endpoints, listening ports) and refuses any agent that the

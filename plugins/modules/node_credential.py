@@ -8,7 +8,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: node_credential
 short_description: Create or revoke a node's cluster credential (a kube-system token Secret)
-version_added: 0.2.0
+version_added: "0.1.0"
 description:
   - With O(state=present), makes sure the Secret C(kube-system/node-<name>-token) of type
     C(kubernetes.io/service-account-token) exists, annotated for the node, waits until the

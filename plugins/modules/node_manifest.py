@@ -8,7 +8,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: node_manifest
 short_description: Record what onboarding created on a node, in a per-node JSON manifest
-version_added: 0.2.0
+version_added: "0.1.0"
 description:
   - Keeps one JSON document per node listing every artefact onboarding created (files,
     units, users, packages, nft tables, labels, taints, API objects...), one section per

@@ -8,7 +8,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: node_removal_check
 short_description: On a removed node, list what of the onboarding manifest remains and check standalone health
-version_added: 0.3.0
+version_added: "0.1.0"
 description:
   - Runs on the node. Takes the removal plan (from M(hybridgpu.fleet.node_removal_state))
     and reports every manifest artefact still present (SSH keys, units, files, packages,

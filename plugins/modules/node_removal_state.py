@@ -8,7 +8,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: node_removal_state
 short_description: Per-node removal state, so an interrupted removal reports its progress and resumes
-version_added: 0.3.0
+version_added: "0.1.0"
 description:
   - Keeps C(<root>/<node>/<change_id>.json) on the control host. V(start) snapshots the
     node's onboarding manifest into it and returns the removal plan computed from that

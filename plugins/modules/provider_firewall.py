@@ -8,7 +8,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: provider_firewall
 short_description: Cloud-side firewall of an instance through a provider-firewall interface
-version_added: 0.2.0
+version_added: "0.1.0"
 description:
   - Makes the custom firewall attached to a cloud instance hold exactly O(rules), each by
     protocol, port list and source CIDRs, like a provider console takes them. A source of

@@ -8,7 +8,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: validation_check
 short_description: Judge one step of the onboarding validation sequence from collected evidence
-version_added: 0.1.0
+version_added: "0.1.0"
 description:
   - Turns the evidence a validation step collected (GPU facts and the Node, two reference job
     logs, all_reduce_perf output, scheduled Pods, Prometheus answers, a link-cut timeline) into

@@ -8,7 +8,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: validation_record
 short_description: Write a node's validation record, or the wave record linking them
-version_added: 0.1.0
+version_added: "0.1.0"
 description:
   - I(kind=node) writes C(<folder>/validate-<node>.json) with every step verdict of one node.
   - I(kind=wave) reads the per-node records of I(nodes) from I(folder) and writes C(wave.json)
