@@ -1,0 +1,142 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: hybridgpu.fleet contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: standalone_state
+short_description: Read a node's standalone state in one module run
+version_added: "0.2.0"
+description:
+  - Reads what removal must put back on a node before onboarding changes anything - the active
+    services, the full nftables ruleset, the installed version of each package of interest,
+    which paths exist, and the local users - and returns it in the shape of a manifest's
+    C(pre_onboarding) block (see M(hybridgpu.fleet.node_manifest)).
+  - One module run on the node (one SSH round trip with pipelining) instead of one task per
+    package and per path.
+extends_documentation_fragment:
+  - hybridgpu.fleet.attributes
+  - hybridgpu.fleet.attributes.read_only
+options:
+  packages:
+    description:
+      - Debian packages whose installed version is recorded. A package that is not installed
+        (or only has configuration files left) is recorded as V(null).
+    type: list
+    elements: str
+    default: []
+  paths:
+    description: Paths whose existence is recorded.
+    type: list
+    elements: path
+    default: []
+requirements:
+  - systemd, dpkg and nftables (C(nft)) on the node
+author:
+  - hybridgpu.fleet maintainers (@hybridgpu)
+"""
+
+EXAMPLES = r"""
+- name: Read the standalone state before onboarding
+  hybridgpu.fleet.standalone_state:
+    packages: [prometheus-node-exporter, nvidia-driver-535]
+    paths: [/etc/hybridgpu, /var/lib/hybridgpu]
+  register: standalone
+
+- name: Record it once in the node's manifest
+  hybridgpu.fleet.node_manifest:
+    path: "{{ hgpu_records_dir }}/manifests/{{ inventory_hostname }}.json"
+    node: "{{ inventory_hostname }}"
+    pre_onboarding: "{{ standalone.state | combine({'recorded_at': now(utc=true).isoformat()}) }}"
+  delegate_to: localhost
+"""
+
+RETURN = r"""
+state:
+  description: The standalone state.
+  returned: success
+  type: dict
+  contains:
+    active_units:
+      description: Names of the active service units (C(systemctl list-units --type=service --state=active)).
+      type: list
+      elements: str
+      sample: [chrony.service, ssh.service]
+    nft_ruleset:
+      description: The output of C(nft list ruleset).
+      type: str
+    packages:
+      description: Installed version of each requested package, V(null) when not installed.
+      type: dict
+      sample: {nvidia-driver-535: 535.216.03-1, prometheus-node-exporter: null}
+    paths:
+      description: Whether each requested path exists.
+      type: dict
+      sample: {/etc/hybridgpu: false}
+    users:
+      description: Local user names, in C(getent passwd) order.
+      type: list
+      elements: str
+"""
+
+import os
+import pwd
+
+from ansible.module_utils.basic import AnsibleModule
+
+LANG_C = {"LANG": "C", "LC_ALL": "C"}
+
+
+def package_versions(lines, wanted):
+    """{package: version or None} from ``dpkg-query -W -f='${Package} ${Status} ${Version}\\n'`` lines."""
+    found = {}
+    for line in lines:
+        fields = line.split()
+        # name, want, flag, status, version: only "install ok installed" counts as installed.
+        if len(fields) >= 5 and fields[1:4] == ["install", "ok", "installed"]:
+            found[fields[0].split(":")[0]] = fields[4]
+    return dict((name, found.get(name)) for name in wanted)
+
+
+def read_state(module):
+    def run(argv, allowed=(0,)):
+        rc, out, err = module.run_command(argv, environ_update=LANG_C)
+        if rc not in allowed:
+            module.fail_json(msg="%s failed on %s (rc=%d): %s" % (" ".join(argv), os.uname().nodename, rc,
+                                                                  (err or out).strip()[-500:]))
+        return out
+
+    systemctl = module.get_bin_path("systemctl", required=True)
+    nft = module.get_bin_path("nft", required=True)
+    units = run([systemctl, "list-units", "--type=service", "--state=active", "--no-legend", "--plain"])
+    state = {
+        "active_units": [line.split()[0] for line in units.splitlines() if line.strip()],
+        "nft_ruleset": run([nft, "list", "ruleset"]),
+        "packages": {},
+        "paths": dict((path, os.path.lexists(path)) for path in module.params["paths"]),
+        "users": [entry.pw_name for entry in pwd.getpwall()],
+    }
+    wanted = module.params["packages"]
+    if wanted:
+        dpkg_query = module.get_bin_path("dpkg-query", required=True)
+        # rc 1: some package is unknown to dpkg; the others are still listed.
+        out = run([dpkg_query, "-W", "-f=${Package} ${Status} ${Version}\n"] + list(wanted), allowed=(0, 1))
+        state["packages"] = package_versions(out.splitlines(), wanted)
+    return state
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            packages=dict(type="list", elements="str", default=[]),
+            paths=dict(type="list", elements="path", default=[]),
+        ),
+        supports_check_mode=True,
+    )
+    module.exit_json(changed=False, state=read_state(module))
+
+
+if __name__ == "__main__":
+    main()
