@@ -58,7 +58,7 @@ integration: lab-up
 molecule: lab-up
 	tests/run_molecule.sh
 
-# Quality gates: ansible-lint (production profile), offline ansible-test sanity, changelog lint.
+# Quality gates: ansible-lint (production profile), every ansible-test sanity test, changelog lint.
 quality: venv
 	bash tests/quality.sh
 
