@@ -64,11 +64,15 @@ def member(lab_lock, tmp_path_factory):
         ssh(NODE, "sed -i '/hgpu-test-member/d' /root/.ssh/authorized_keys", check=False)
 
 
-def revoke(member, record):
+def revoke(member, record, keys_text=None):
+    """keys_text: give the keys as the AWX survey does (a textarea, one key per line)."""
     ev = {"revoke_member": "test-member", "revoke_executor": "ops-lead", "revoke_hosts": NODE,
           "revoke_boundary": member["appr"]["boundary"], "change_record_path": record,
-          "revoke_ssh_keys": [member["pub"]], "revoke_ssh_proof_key": member["key"],
-          "revoke_records_dir": str(member["tmp"] / "records")}
+          "revoke_ssh_proof_key": member["key"], "revoke_records_dir": str(member["tmp"] / "records")}
+    if keys_text is None:
+        ev["revoke_ssh_keys"] = [member["pub"]]
+    else:
+        ev["revoke_ssh_keys_text"] = keys_text
     return playbook("revoke_member.yml", extra=ev, tmp_path=member["tmp"])
 
 
@@ -80,7 +84,8 @@ def test_every_path_of_a_revoked_member_is_denied(member):
 
     record = signed_record(member["appr"], member["tmp"], "chg-revoke.yml", change_id="CHG-REVOKE-LAB",
                            action="remove", targets=[NODE], requester="ops-lead", reason="member left")
-    res = revoke(member, record)
+    # the keys as AWX passes them: text, one per line (blank lines and padding ignored)
+    res = revoke(member, record, keys_text="\n  %s  \n\n" % member["pub"].strip())
     assert res.returncode == 0, res.out[-5000:]
     assert "The member's token gets 401 from every API server" in res.out
 
@@ -117,5 +122,16 @@ def test_unsigned_record_revokes_nothing(member):
                            change_id="CHG-REVOKE-BAD", action="remove", targets=[NODE], requester="ops-lead")
     res = revoke(member, record)
     assert res.returncode != 0 and "signature" in res.out
+    assert {c: open(token_file(c)).read() for c in CLUSTERS} == before
+    assert ssh(NODE, "cat /root/.ssh/authorized_keys").stdout == keys
+
+
+def test_a_line_that_is_not_a_key_revokes_nothing(member):
+    before = {c: open(token_file(c)).read() for c in CLUSTERS}
+    keys = ssh(NODE, "cat /root/.ssh/authorized_keys").stdout
+    record = signed_record(member["appr"], member["tmp"], "badkey.yml", change_id="CHG-REVOKE-KEY",
+                           action="remove", targets=[NODE], requester="ops-lead")
+    res = revoke(member, record, keys_text="%s\nalice's laptop key\n" % member["pub"].strip())
+    assert res.returncode != 0 and "not an SSH public key" in res.out and "nothing was changed" in res.out
     assert {c: open(token_file(c)).read() for c in CLUSTERS} == before
     assert ssh(NODE, "cat /root/.ssh/authorized_keys").stdout == keys

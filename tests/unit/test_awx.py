@@ -179,6 +179,10 @@ def _fail(problems, head):
 
 # --- the data itself ---------------------------------------------------------------------
 
+# Keys of ours that awx_apply.yml resolves before calling awx.awx (never sent to AWX).
+OUR_KEYS = {"survey_from_template"}
+
+
 def _options(module):
     path = os.path.join(AWX_COLLECTION, "plugins", "modules", module + ".py")
     tree = ast.parse(open(path).read())
@@ -191,12 +195,12 @@ def _options(module):
     ("awx_organization", "organization", False), ("awx_execution_environment", "execution_environment", False),
     ("awx_project", "project", False), ("awx_inventory", "inventory", False),
     ("awx_inventory_source", "inventory_source", False), ("awx_job_templates", "job_template", True),
-    ("awx_removal_workflow", "workflow_job_template", False), ("awx_schedules", "schedule", True)])
+    ("awx_approval_workflows", "workflow_job_template", True), ("awx_schedules", "schedule", True)])
 def test_definitions_are_awx_module_parameters(key, module, many):
     options = _options(module)
     items = DATA[key] if many else [DATA[key]]
     bad = ["%s: %s is not an option of awx.awx.%s" % (item.get("name"), k, module)
-           for item in items for k in item if k not in options]
+           for item in items for k in item if k not in options and k not in OUR_KEYS]
     _fail(bad, "awx/ definitions use unknown parameters")
     for item in items:
         assert item.get("name"), "%s: an item has no name" % key
@@ -205,7 +209,7 @@ def test_definitions_are_awx_module_parameters(key, module, many):
 def test_survey_questions_are_well_formed():
     types = {"text", "textarea", "password", "integer", "float", "multiplechoice", "multiselect"}
     bad = []
-    for obj in TEMPLATES + [DATA["awx_removal_workflow"]]:
+    for obj in TEMPLATES + DATA["awx_approval_workflows"]:
         names = [q.get("variable") for q in _survey(obj)]
         if len(names) != len(set(names)):
             bad.append("%s: a survey variable is asked twice" % obj["name"])
@@ -444,23 +448,38 @@ def test_workflow_steps_hand_results_on_with_set_stats():
     _fail(bad, "workflow steps that do not hand results on")
 
 
-def test_removal_workflow_approval_comes_before_the_removal_job():
-    wf = DATA["awx_removal_workflow"]
+@pytest.mark.parametrize("wf", DATA["awx_approval_workflows"], ids=lambda w: w["name"])
+def test_approval_workflow_approval_comes_before_the_job(wf):
     chain = _chain(wf["workflow_nodes"])
     first, rest = chain[0], chain[1:]
     assert first["unified_job_template"]["type"] == "workflow_approval"
     assert first["unified_job_template"].get("timeout", 0) > 0, "an approval must expire"
-    jobs = [_playbook_of(BY_NAME[n["unified_job_template"]["name"]]) for n in rest
-            if n["unified_job_template"].get("type") == "job_template"]
-    assert "remove.yml" in jobs
+    jobs = [n["unified_job_template"]["name"] for n in rest if n["unified_job_template"].get("type") == "job_template"]
+    assert jobs == [wf["survey_from_template"]], "the approval must release exactly the job whose survey it asks"
     assert all(n["unified_job_template"].get("type") != "workflow_approval" for n in rest)
-    # The workflow's survey carries the record to the removal job, which verifies it.
-    asked = {q["variable"] for q in _survey(wf) if q.get("required")}
+    # The workflow asks the job template's survey (awx_apply.yml copies it), so the record and
+    # its signature reach the job, which verifies them.
+    template = BY_NAME[wf["survey_from_template"]]
+    assert _destructive(template), "%s guards a template that changes nothing" % wf["name"]
+    asked = {q["variable"] for q in _survey(template) if q.get("required")}
     assert set(CHANGE_VARS.values()) <= asked
 
 
+def test_every_destructive_template_has_an_approval_workflow():
+    guarded = {wf["survey_from_template"] for wf in DATA["awx_approval_workflows"]}
+    missing = [t["name"] for t in TEMPLATES if _destructive(t) and t["name"] not in guarded]
+    assert not missing, "destructive templates without an approval workflow: %s" % missing
+
+
+def test_awx_apply_copies_the_survey_of_the_guarded_template():
+    """The workflow's survey is the template's, taken by name in awx_apply.yml."""
+    text = open(os.path.join(ROOT, "playbooks", "awx_apply.yml")).read()
+    assert "loop: \"{{ awx_approval_workflows }}\"" in text
+    assert "selectattr('name', 'equalto', item.survey_from_template)" in text
+
+
 def test_schedules_run_existing_templates():
-    names = set(BY_NAME) | {DATA["awx_removal_workflow"]["name"]}
+    names = set(BY_NAME) | {wf["name"] for wf in DATA["awx_approval_workflows"]}
     bad = ["%s -> %s (no such template)" % (s["name"], s["unified_job_template"]) for s in DATA["awx_schedules"]
            if s["unified_job_template"] not in names]
     bad += ["%s: rrule %r is not DTSTART:...Z RRULE:FREQ=..." % (s["name"], s["rrule"]) for s in DATA["awx_schedules"]
