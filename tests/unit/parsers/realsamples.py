@@ -101,3 +101,10 @@ def coverage_problems(name):
     expected = set(load_expected(name))
     return sorted("no expected entry for sample %s/%s" % (name, f) for f in files - expected) + \
         sorted("expected entry %s/%s has no sample file" % (name, f) for f in expected - files)
+
+
+def cases(tools):
+    """pytest parameters (tool, sample name), one per real sample of each tool."""
+    import pytest  # pylint: disable=import-outside-toplevel
+    return [pytest.param(tool, name, id="%s/%s" % (tool, name))
+            for tool in sorted(tools) for name in sample_names(tool)]

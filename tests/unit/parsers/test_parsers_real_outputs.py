@@ -56,13 +56,7 @@ def test_every_sample_has_an_expected_entry(tool):
     assert realsamples.coverage_problems(tool) == []
 
 
-def _cases():
-    for tool in sorted(PARSERS):
-        for name in realsamples.sample_names(tool):
-            yield pytest.param(tool, name, id="%s/%s" % (tool, name))
-
-
-@pytest.mark.parametrize("tool,name", list(_cases()))
+@pytest.mark.parametrize("tool,name", realsamples.cases(PARSERS))
 def test_real_sample(tool, name):
     entry = realsamples.load_expected(tool).get(name)
     assert entry, "no expected entry for %s/%s" % (tool, name)
