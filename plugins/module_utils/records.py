@@ -124,8 +124,7 @@ def write_records(base_dir, record, force=False, check_mode=False):
         return {"changed": True, "path": target, "files": files}
     json_text = json.dumps(record, sort_keys=True, indent=2, ensure_ascii=False) + "\n"
     html_text = render_html(record)
-    if not os.path.isdir(base_dir):
-        os.makedirs(base_dir)
+    os.makedirs(base_dir, exist_ok=True)  # several hosts may create it at once
     tmp = tempfile.mkdtemp(prefix=".%s.tmp-" % record["wave"], dir=base_dir)
     old = None
     try:

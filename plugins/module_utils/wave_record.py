@@ -39,8 +39,7 @@ def _unchanged(path, data):
 def atomic_write(path, text):
     """Write through a temporary file in the same folder, fsync, rename."""
     folder = os.path.dirname(path) or "."
-    if not os.path.isdir(folder):
-        os.makedirs(folder)
+    os.makedirs(folder, exist_ok=True)  # every host of a batch writes its record at once
     fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", dir=folder)
     os.close(fd)
     try:
