@@ -367,6 +367,7 @@ def test_destructive_playbooks_check_the_signed_record():
     for p in DATA["awx_destructive_playbooks"]:
         walk = WALKS.get(p)
         if walk is None:
+            bad.append("awx_destructive_playbooks names playbooks/%s, which does not exist" % p)
             continue
         if not walk.uses("change_approval"):
             bad.append("playbooks/%s never runs hybridgpu.fleet.change_approval" % p)
