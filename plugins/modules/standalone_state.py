@@ -22,8 +22,8 @@ extends_documentation_fragment:
 options:
   packages:
     description:
-      - Debian packages whose installed version is recorded. A package that is not installed
-        (or only has configuration files left) is recorded as V(null).
+      - Debian packages whose installed version is recorded (held packages included). A package
+        that is not installed (or only has configuration files left) is recorded as V(null).
     type: list
     elements: str
     default: []
@@ -94,8 +94,9 @@ def package_versions(lines, wanted):
     found = {}
     for line in lines:
         fields = line.split()
-        # name, want, flag, status, version: only "install ok installed" counts as installed.
-        if len(fields) >= 5 and fields[1:4] == ["install", "ok", "installed"]:
+        # name, want, flag, status, version: installed whether or not it is held (apt-mark hold
+        # gives "hold ok installed"; drivers usually are), as removal's check (ii/hi) counts it.
+        if len(fields) >= 5 and fields[1] in ("install", "hold") and fields[2:4] == ["ok", "installed"]:
             found[fields[0].split(":")[0]] = fields[4]
     return dict((name, found.get(name)) for name in wanted)
 

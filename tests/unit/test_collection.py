@@ -1,5 +1,6 @@
 """The collection as a user gets it: docs of every module and role render, and it builds."""
 import glob
+import importlib
 import json
 import os
 import subprocess
@@ -69,11 +70,9 @@ def test_module_docs_render(module_docs, module):
 
 def _filters():
     """Every filter name the collection's filter plugins export."""
-    sys.path.insert(0, os.path.join(ROOT, ".collections"))
     names = []
     for path in glob.glob(os.path.join(ROOT, "plugins", "filter", "*.py")):
-        mod = __import__("ansible_collections.hybridgpu.fleet.plugins.filter." + os.path.basename(path)[:-3],
-                         fromlist=["FilterModule"])
+        mod = importlib.import_module("ansible_collections.hybridgpu.fleet.plugins.filter." + os.path.basename(path)[:-3])
         names += list(mod.FilterModule().filters())
     return sorted(names)
 

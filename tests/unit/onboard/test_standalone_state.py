@@ -12,13 +12,16 @@ FMT = "-f=${Package} ${Status} ${Version}\n"
 def test_installed_removed_and_unknown_packages():
     lines = [
         "nvidia-driver-535 install ok installed 535.216.03-1",
+        "nvidia-driver-550 hold ok installed 550.163.01-1",  # apt-mark hold: still installed
         "hybridgpu-node-agent deinstall ok config-files 0.1.0-1",  # removed, config left
         "nccl-tests install ok half-configured 2.13.9-1",
         "libc6:amd64 install ok installed 2.36-9+deb12u9",
     ]
-    wanted = ["nvidia-driver-535", "hybridgpu-node-agent", "nccl-tests", "libc6", "prometheus-node-exporter"]
+    wanted = ["nvidia-driver-535", "nvidia-driver-550", "hybridgpu-node-agent", "nccl-tests", "libc6",
+              "prometheus-node-exporter"]
     assert package_versions(lines, wanted) == {
-        "nvidia-driver-535": "535.216.03-1", "hybridgpu-node-agent": None, "nccl-tests": None,
+        "nvidia-driver-535": "535.216.03-1", "nvidia-driver-550": "550.163.01-1",
+        "hybridgpu-node-agent": None, "nccl-tests": None,
         "libc6": "2.36-9+deb12u9", "prometheus-node-exporter": None}
 
 
