@@ -30,6 +30,9 @@ printf '%s\n' "${roles[@]}" | xargs -P "${HGPU_MOLECULE_JOBS:-2}" -I{} bash -c '
 failed=$(awk '$2 != 0 {print $1}' "$LOGS/results")
 passed=$(awk '$2 == 0' "$LOGS/results" | wc -l)
 for role in $failed; do
+  # The failing task first (a verify failure scrolls out of the tail under destroy's output).
+  echo "===== $role: failed tasks in build/molecule/$role.log"
+  sed 's/\x1b\[[0-9;]*m//g' "$LOGS/$role.log" | grep -n -B 3 -A 25 -E '(fatal|failed): \[' | head -n 200
   echo "===== $role (last 60 lines of build/molecule/$role.log)"; tail -n 60 "$LOGS/$role.log"
 done
 total=$(wc -l <"$LOGS/results")
