@@ -27,6 +27,7 @@ import subprocess
 import tempfile
 
 from ansible_collections.hybridgpu.fleet.plugins.module_utils import manifest as mf
+from ansible_collections.hybridgpu.fleet.plugins.module_utils import node_state
 
 # Phases in order; "verify" is never skipped on a rerun.
 STEPS = ("approval", "drain", "node_delete", "credentials", "agents", "firewall", "placement",
@@ -270,9 +271,13 @@ def _run(argv):
     return res.returncode, res.stdout, res.stderr
 
 
-def package_installed(name, run=_run):
-    rc, out, dummy = run(["dpkg-query", "-W", "-f=${db:Status-Abbrev}", name])
-    return rc == 0 and out.strip()[:2] in ("ii", "hi")
+def package_status(names, run=_run):
+    """{package: dpkg status abbreviation} in one dpkg-query call ('' when dpkg never heard of it)."""
+    if not names:
+        return {}
+    dummy, out, dummy = run(["dpkg-query", "-W", "-f=" + node_state.DPKG_QUERY_FORMAT] + list(names))
+    found = node_state.dpkg_status(out)
+    return dict((name, found.get(name, ("", None))[0]) for name in names)
 
 
 def unit_present(name, run=_run):
@@ -283,13 +288,8 @@ def unit_present(name, run=_run):
 
 
 def nft_table_names(run=_run):
-    rc, out, dummy = run(["nft", "list", "tables"])
-    names = set()
-    for line in out.splitlines():
-        parts = line.split()
-        if len(parts) == 3 and parts[0] == "table":
-            names.add((parts[1], parts[2]))
-    return names
+    dummy, out, dummy = run(node_state.LIST_NFT_TABLES)
+    return set(node_state.nft_tables(out))
 
 
 def _user_exists(name):
@@ -327,7 +327,8 @@ def node_leftovers(p, run=_run, exists=os.path.lexists, user_exists=_user_exists
              for k in p["keys"] if key_present(k)]
     left += ["unit " + u for u in p["units"] if unit_present(u, run)]
     left += ["file " + f for f in p["files"] if exists(f)]
-    left += ["package " + n for n in p["packages"] if package_installed(n, run)]
+    packages = package_status(p["packages"], run)
+    left += ["package " + n for n in p["packages"] if node_state.present(packages[n])]
     left += ["user " + n for n in p["users"] if user_exists(n)]
     left += ["group " + n for n in p["groups"] if group_exists(n)]
     left += ["directory " + d for d in p["directories"] if exists(d)]
@@ -342,13 +343,14 @@ def health(p, run=_run):
     """Standalone health: the units active before onboarding, the packages it had, the
     tables it had, and a working nvidia-smi."""
     problems = []
-    rc, out, err = run(["systemctl", "list-units", "--type=service", "--state=active", "--no-legend", "--plain"])
-    active = set(line.split()[0] for line in out.splitlines() if line.split())
+    rc, out, err = run(node_state.LIST_ACTIVE_UNITS)
+    active = set(node_state.active_units(out))
     missing_units = [u for u in p["restore"]["units"] if u not in active]
     if missing_units:
         problems.append("units active before onboarding are not active: " + ", ".join(missing_units))
     # a later approved change (a driver upgrade) may have replaced a package: reported only
-    missing_pkgs = [n for n in p["restore"]["packages"] if not package_installed(n, run)]
+    packages = package_status(p["restore"]["packages"], run)
+    missing_pkgs = [n for n in p["restore"]["packages"] if not node_state.configured(packages[n])]
     tables = nft_table_names(run)
     missing_tables = ["%s %s" % (t["family"], t["name"]) for t in p["restore"]["nft_tables"]
                       if (t["family"], t["name"]) not in tables]

@@ -22,8 +22,9 @@ extends_documentation_fragment:
 options:
   packages:
     description:
-      - Debian packages whose installed version is recorded (held packages included). A package
-        that is not installed (or only has configuration files left) is recorded as V(null).
+      - Debian packages whose installed version is recorded (held packages included, and those
+        marked for removal but still installed). A package that is not installed, only half
+        installed, or only has configuration files left is recorded as V(null).
     type: list
     elements: str
     default: []
@@ -79,26 +80,21 @@ state:
       description: Local user names, in C(getent passwd) order.
       type: list
       elements: str
+nft_tables:
+  description: The tables of the nftables ruleset (not part of O(state), which keeps the full ruleset).
+  returned: success
+  type: list
+  elements: dict
+  sample: [{family: inet, name: hybridgpu}]
 """
 
 import os
 import pwd
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.hybridgpu.fleet.plugins.module_utils import node_state
 
 LANG_C = {"LANG": "C", "LC_ALL": "C"}
-
-
-def package_versions(lines, wanted):
-    """{package: version or None} from ``dpkg-query -W -f='${Package} ${Status} ${Version}\\n'`` lines."""
-    found = {}
-    for line in lines:
-        fields = line.split()
-        # name, want, flag, status, version: installed whether or not it is held (apt-mark hold
-        # gives "hold ok installed"; drivers usually are), as removal's check (ii/hi) counts it.
-        if len(fields) >= 5 and fields[1] in ("install", "hold") and fields[2:4] == ["ok", "installed"]:
-            found[fields[0].split(":")[0]] = fields[4]
-    return dict((name, found.get(name)) for name in wanted)
 
 
 def read_state(module):
@@ -111,10 +107,10 @@ def read_state(module):
 
     systemctl = module.get_bin_path("systemctl", required=True)
     nft = module.get_bin_path("nft", required=True)
-    units = run([systemctl, "list-units", "--type=service", "--state=active", "--no-legend", "--plain"])
+    ruleset = run([nft, "list", "ruleset"])
     state = {
-        "active_units": [line.split()[0] for line in units.splitlines() if line.strip()],
-        "nft_ruleset": run([nft, "list", "ruleset"]),
+        "active_units": node_state.active_units(run([systemctl] + node_state.LIST_ACTIVE_UNITS[1:])),
+        "nft_ruleset": ruleset,
         "packages": {},
         "paths": dict((path, os.path.lexists(path)) for path in module.params["paths"]),
         "users": [entry.pw_name for entry in pwd.getpwall()],
@@ -123,9 +119,10 @@ def read_state(module):
     if wanted:
         dpkg_query = module.get_bin_path("dpkg-query", required=True)
         # rc 1: some package is unknown to dpkg; the others are still listed.
-        out = run([dpkg_query, "-W", "-f=${Package} ${Status} ${Version}\n"] + list(wanted), allowed=(0, 1))
-        state["packages"] = package_versions(out.splitlines(), wanted)
-    return state
+        out = run([dpkg_query, "-W", "-f=" + node_state.DPKG_QUERY_FORMAT] + list(wanted), allowed=(0, 1))
+        state["packages"] = node_state.installed_versions(out, wanted)
+    tables = [{"family": family, "name": name} for family, name in node_state.nft_tables(ruleset)]
+    return state, tables
 
 
 def main():
@@ -136,7 +133,8 @@ def main():
         ),
         supports_check_mode=True,
     )
-    module.exit_json(changed=False, state=read_state(module))
+    state, tables = read_state(module)
+    module.exit_json(changed=False, state=state, nft_tables=tables)
 
 
 if __name__ == "__main__":

@@ -77,3 +77,57 @@ def test_no_manifest_and_no_state_changes_nothing(tmp_path):
 def test_nft_table_blocks_are_parsed():
     text = PRE["nft_ruleset"] + "table ip nat {\n}\n"
     assert sorted(rm.nft_tables_in(text)) == [("inet", "site"), ("ip", "nat")]
+
+
+def fake_node(units_active, dpkg_lines, tables, smi_rc=0, unit_loaded=()):
+    """A run() answering the node's tools as they print; records each call."""
+    calls = []
+
+    def run(argv):
+        calls.append(argv)
+        if argv[:2] == ["systemctl", "list-units"]:
+            return 0, "".join("%s loaded active running x\n" % u for u in units_active), ""
+        if argv[:2] == ["systemctl", "show"]:
+            return 0, ("loaded\nactive\n" if argv[-1] in unit_loaded else "not-found\ninactive\n"), ""
+        if argv[0] == "dpkg-query":
+            return (0 if dpkg_lines else 1), "".join(line + "\n" for line in dpkg_lines), ""
+        if argv[:3] == ["nft", "list", "tables"]:
+            return 0, "".join("table %s %s\n" % t for t in tables), ""
+        if argv[0] == "nvidia-smi":
+            return smi_rc, "NVIDIA A100-SXM4-80GB, 550.163.01\n" if smi_rc == 0 else "", ""
+        raise AssertionError("unexpected command %r" % argv)
+    run.calls = calls
+    return run
+
+
+def test_leftovers_read_every_package_in_one_call():
+    p = rm.plan(doc())
+    run = fake_node([], ["hybridgpu-node-agent iF  0.1.0-1"], [("inet", "hybridgpu")],
+                    unit_loaded=("hybridgpu-node-agent.service",))
+    left = rm.node_leftovers(p, run=run, exists=lambda path: False, user_exists=lambda n: False,
+                             group_exists=lambda n: False, key_present=lambda k: False)
+    # half-configured is still on the node; the table onboarding added is too
+    assert left == ["unit hybridgpu-node-agent.service", "package hybridgpu-node-agent",
+                    "nft_table inet hybridgpu"]
+    assert sum(1 for argv in run.calls if argv[0] == "dpkg-query") == 1
+
+
+def test_leftovers_none_when_only_configuration_files_remain():
+    p = rm.plan(doc())
+    run = fake_node([], ["hybridgpu-node-agent rc  0.1.0-1"], [("inet", "site")])
+    assert rm.node_leftovers(p, run=run, exists=lambda path: False, user_exists=lambda n: False,
+                             group_exists=lambda n: False, key_present=lambda k: False) == []
+
+
+def test_health_counts_held_packages_and_names_what_is_missing():
+    p = rm.plan(doc())
+    healthy = fake_node(["chrony.service", "slurmd.service"], ["nccl-tests hi  2.13.11-1"], [("inet", "site")])
+    got = rm.health(p, run=healthy)
+    assert got["ok"] and got["packages_changed_since_onboarding"] == [] and got["missing_units"] == []
+    sick = fake_node(["chrony.service"], ["nccl-tests rc  2.13.11-1"], [], smi_rc=9)
+    got = rm.health(p, run=sick)
+    assert not got["ok"] and got["missing_units"] == ["slurmd.service"]
+    assert got["packages_changed_since_onboarding"] == ["nccl-tests"]  # reported, not a problem
+    assert [x.split(":")[0] for x in got["problems"]] == [
+        "units active before onboarding are not active", "nft tables of the standalone node are missing",
+        "nvidia-smi failed (rc=9)"]
