@@ -81,7 +81,7 @@ state:
       type: list
       elements: str
 nft_tables:
-  description: The tables of the nftables ruleset (not part of O(state), which keeps the full ruleset).
+  description: The tables of the nftables ruleset (not part of RV(state), which keeps the full ruleset).
   returned: success
   type: list
   elements: dict
