@@ -38,6 +38,17 @@ class RemovalError(ValueError):
     """Bad removal input or state; the message names the node, file and field."""
 
 
+class NodeReadError(RuntimeError):
+    """A tool on the node could not be run: its answer must not read as 'nothing left'."""
+
+
+def _read(run, argv, allowed=(0,)):
+    rc, out, err = run(argv)
+    if rc not in allowed:
+        raise NodeReadError("%s failed (rc=%s): %s" % (" ".join(argv), rc, (err or out).strip()[:200]))
+    return out
+
+
 def utcnow():
     return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -275,7 +286,8 @@ def package_status(names, run=_run):
     """{package: dpkg status abbreviation} in one dpkg-query call ('' when dpkg never heard of it)."""
     if not names:
         return {}
-    dummy, out, dummy = run(["dpkg-query", "-W", "-f=" + node_state.DPKG_QUERY_FORMAT] + list(names))
+    # rc 1: some name is unknown to dpkg; the others are still listed.
+    out = _read(run, ["dpkg-query", "-W", "-f=" + node_state.DPKG_QUERY_FORMAT] + list(names), allowed=(0, 1))
     found = node_state.dpkg_status(out)
     return dict((name, found.get(name, ("", None))[0]) for name in names)
 
@@ -288,8 +300,7 @@ def unit_present(name, run=_run):
 
 
 def nft_table_names(run=_run):
-    dummy, out, dummy = run(node_state.LIST_NFT_TABLES)
-    return set(node_state.nft_tables(out))
+    return set(node_state.nft_tables(_read(run, node_state.LIST_NFT_TABLES)))
 
 
 def _user_exists(name):

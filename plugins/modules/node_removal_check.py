@@ -66,6 +66,9 @@ def main():
         health = rm.health(p)
     except (KeyError, TypeError) as err:
         module.fail_json(msg="plan: missing or malformed field %s; pass node_removal_state's plan" % err)
+    except rm.NodeReadError as err:
+        module.fail_json(msg="%s: cannot read the node's state, so it cannot be called clean: %s"
+                         % (p.get("node"), err))
     if module.params["fail"] and (left or not health["ok"]):
         module.fail_json(msg="%s is not a clean standalone node: leftovers [%s]; health problems [%s]"
                          % (p.get("node"), ", ".join(left), "; ".join(health["problems"])),

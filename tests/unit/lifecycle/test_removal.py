@@ -131,3 +131,17 @@ def test_health_counts_held_packages_and_names_what_is_missing():
     assert [x.split(":")[0] for x in got["problems"]] == [
         "units active before onboarding are not active", "nft tables of the standalone node are missing",
         "nvidia-smi failed (rc=9)"]
+
+
+@pytest.mark.parametrize("broken", ["dpkg-query", "nft"])
+def test_leftovers_refuse_to_call_a_node_clean_when_a_tool_fails(broken):
+    p = rm.plan(doc())
+    base = fake_node([], [], [])
+
+    def run(argv):
+        if argv[0] == broken:
+            return 127, "", "%s: command not found" % broken
+        return base(argv)
+    with pytest.raises(rm.NodeReadError, match=r"(?s)^%s .*failed \(rc=127\): %s: command not found" % (broken, broken)):
+        rm.node_leftovers(p, run=run, exists=lambda path: False, user_exists=lambda n: False,
+                          group_exists=lambda n: False, key_present=lambda k: False)
