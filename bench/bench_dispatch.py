@@ -21,7 +21,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, ".collections"))
 
-from ansible_collections.hybridgpu.fleet.plugins.module_utils import k8s  # noqa: E402
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import k8s  # noqa: E402
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow import backends as b  # noqa: E402
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow.k8s_backend import (  # noqa: E402
     K8sCloudCluster, build_job)

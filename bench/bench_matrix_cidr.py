@@ -18,7 +18,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, ".collections"))
 
-from ansible_collections.hybridgpu.fleet.plugins.module_utils import cidr, matrix  # noqa: E402
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.preflight import cidr, matrix  # noqa: E402
 
 MODELS = [("NVIDIA A100-SXM4-80GB", 81920, "535.230.02", "12.2"),
           ("NVIDIA L40S", 46068, "550.163.01", "12.4"),

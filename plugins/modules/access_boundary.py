@@ -76,8 +76,8 @@ revocation_steps:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.hybridgpu.fleet.plugins.module_utils import boundary as b
-from ansible_collections.hybridgpu.fleet.plugins.module_utils import schema as s
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import boundary as b
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import schema as s
 
 
 def run(params):

@@ -109,7 +109,7 @@ verification:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.hybridgpu.fleet.plugins.module_utils import audit
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import audit
 
 
 def main():

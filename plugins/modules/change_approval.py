@@ -117,9 +117,9 @@ problems:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.hybridgpu.fleet.plugins.module_utils import approval as ap
-from ansible_collections.hybridgpu.fleet.plugins.module_utils import schema as s
-from ansible_collections.hybridgpu.fleet.plugins.module_utils.boundary import load_boundary
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import approval as ap
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import schema as s
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.common.boundary import load_boundary
 
 
 def _read(path, what):

@@ -74,7 +74,7 @@ count:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.hybridgpu.fleet.plugins.module_utils import cidr as c
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.preflight import cidr as c
 
 
 def run(params):

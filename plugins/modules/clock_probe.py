@@ -132,7 +132,7 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.hybridgpu.fleet.plugins.module_utils import probes as p
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.preflight import probes as p
 
 
 def main():

@@ -114,7 +114,7 @@ matrix:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.hybridgpu.fleet.plugins.module_utils import matrix as m
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.preflight import matrix as m
 
 
 def run(params):

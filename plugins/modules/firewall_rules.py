@@ -105,10 +105,10 @@ provider_rules:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.hybridgpu.fleet.plugins.module_utils import boundary as bd
-from ansible_collections.hybridgpu.fleet.plugins.module_utils import firewall_rules as fr
-from ansible_collections.hybridgpu.fleet.plugins.module_utils import path_table as pt
-from ansible_collections.hybridgpu.fleet.plugins.module_utils import schema
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import boundary as bd
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.onboard import host_rules as fr
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import path_map as pt
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import schema
 
 
 def main():

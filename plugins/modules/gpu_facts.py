@@ -144,7 +144,7 @@ import re
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.hybridgpu.fleet.plugins.module_utils import nvidia_smi
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.parsers import nvidia_smi
 
 QUERY_FIELDS = ["index", "name", "uuid", "memory.total", "driver_version", "mig.mode.current",
                 "pci.bus_id", "compute_cap"]

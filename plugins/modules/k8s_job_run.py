@@ -174,13 +174,13 @@ manifest:
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
-from ansible_collections.hybridgpu.fleet.plugins.module_utils.k8s import (
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.common.k8s import (
     HAS_K8S,
     K8S_AUTH_ARG_SPEC,
     K8sError,
     Kube,
 )
-from ansible_collections.hybridgpu.fleet.plugins.module_utils.job_run import JobRun, job_manifest
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.validate.job_run import JobRun, job_manifest
 
 
 def main():

@@ -115,8 +115,8 @@ attempts:
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
-from ansible_collections.hybridgpu.fleet.plugins.module_utils import placement
-from ansible_collections.hybridgpu.fleet.plugins.module_utils.k8s import (
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.onboard import placement
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.common.k8s import (
     HAS_K8S,
     K8S_AUTH_ARG_SPEC,
     K8sError,

@@ -131,7 +131,7 @@ import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.hybridgpu.fleet.plugins.module_utils import nft
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import nft
 
 
 class Firewall(object):

@@ -61,9 +61,9 @@ agents:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.hybridgpu.fleet.plugins.module_utils import agents as ag
-from ansible_collections.hybridgpu.fleet.plugins.module_utils import boundary as bd
-from ansible_collections.hybridgpu.fleet.plugins.module_utils import schema
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.onboard import agents as ag
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import boundary as bd
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import schema
 
 
 def main():

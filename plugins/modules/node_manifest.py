@@ -94,7 +94,7 @@ text:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.hybridgpu.fleet.plugins.module_utils import manifest as mf
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import manifest as mf
 
 
 def main():

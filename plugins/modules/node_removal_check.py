@@ -52,7 +52,7 @@ health:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.hybridgpu.fleet.plugins.module_utils import removal as rm
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.lifecycle import removal as rm
 
 
 def main():

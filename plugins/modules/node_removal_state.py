@@ -111,8 +111,8 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.hybridgpu.fleet.plugins.module_utils import manifest as mf
-from ansible_collections.hybridgpu.fleet.plugins.module_utils import removal as rm
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import manifest as mf
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.lifecycle import removal as rm
 
 
 def main():

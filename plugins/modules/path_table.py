@@ -78,8 +78,8 @@ connection_direction:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.hybridgpu.fleet.plugins.module_utils import path_table as pt
-from ansible_collections.hybridgpu.fleet.plugins.module_utils import schema as s
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import path_map as pt
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import schema as s
 
 
 def run(params):

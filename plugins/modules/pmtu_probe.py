@@ -94,7 +94,7 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.hybridgpu.fleet.plugins.module_utils import probes as p
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.preflight import probes as p
 
 
 def main():

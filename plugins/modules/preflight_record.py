@@ -107,7 +107,7 @@ verdicts_digest:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.hybridgpu.fleet.plugins.module_utils import records as r
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import records as r
 
 
 def run(params, check_mode=False):

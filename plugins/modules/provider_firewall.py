@@ -18,7 +18,7 @@ description:
   - O(provider=lab_nft) is the lab implementation, run on the cloud node itself, as an inet
     nftables table of its own (O(table)) with input policy drop, SSH from
     O(management_sources), and the rules. Other providers can be added as subclasses of
-    C(ProviderFirewall) in C(module_utils/provider_firewall.py).
+    C(ProviderFirewall) in C(module_utils/onboard/cloud_firewall.py).
 extends_documentation_fragment:
   - hybridgpu.fleet.attributes
 options:
@@ -96,7 +96,7 @@ import json
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.hybridgpu.fleet.plugins.module_utils import provider_firewall as pf
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.onboard import cloud_firewall as pf
 
 
 def main():

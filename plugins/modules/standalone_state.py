@@ -92,7 +92,7 @@ import os
 import pwd
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.hybridgpu.fleet.plugins.module_utils import node_state
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.parsers import node_state
 
 LANG_C = {"LANG": "C", "LC_ALL": "C"}
 

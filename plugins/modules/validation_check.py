@@ -85,7 +85,7 @@ passed:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.hybridgpu.fleet.plugins.module_utils import validation as v
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.validate import validation as v
 
 
 def judge(step, node, ev):

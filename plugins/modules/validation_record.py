@@ -101,7 +101,7 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.hybridgpu.fleet.plugins.module_utils import validation, wave_record
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.validate import validation, wave_record
 
 
 def main():

@@ -72,7 +72,7 @@ def recap(out):
 
 
 def kube(context="onprem"):
-    from ansible_collections.hybridgpu.fleet.plugins.module_utils.k8s import Kube
+    from ansible_collections.hybridgpu.fleet.plugins.module_utils.common.k8s import Kube
     return Kube({"kubeconfig": KUBECONFIG, "context": context})
 
 

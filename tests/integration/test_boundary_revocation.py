@@ -28,7 +28,7 @@ def member_token(text):
 
 def api_status(server, token):
     """HTTP status the API answers to the token (200/403/404 mean: it authenticates)."""
-    from ansible_collections.hybridgpu.fleet.plugins.module_utils.k8s import K8sError, Kube
+    from ansible_collections.hybridgpu.fleet.plugins.module_utils.common.k8s import K8sError, Kube
     try:
         Kube({"host": server, "api_key": token, "ca_cert": CA}, retries=0).list_nodes()
         return 200

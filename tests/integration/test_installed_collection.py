@@ -180,7 +180,7 @@ def test_wave_from_installed_copy(installed, lab_lock):
     assert not os.path.exists(os.path.join(installed_root, "records"))
 
     # Real state: the Nodes carry the placement labels and taint in the onprem API.
-    from ansible_collections.hybridgpu.fleet.plugins.module_utils.k8s import Kube
+    from ansible_collections.hybridgpu.fleet.plugins.module_utils.common.k8s import Kube
     kube = Kube({"kubeconfig": os.path.join(config.LAB_DIR, "k8s", "kubeconfig"), "context": "onprem"})
     for node in wave_nodes:
         obj = kube.get_node(node)

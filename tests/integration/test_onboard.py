@@ -44,7 +44,7 @@ def recap(out):
 
 
 def kube():
-    from ansible_collections.hybridgpu.fleet.plugins.module_utils.k8s import Kube
+    from ansible_collections.hybridgpu.fleet.plugins.module_utils.common.k8s import Kube
     return Kube({"kubeconfig": os.path.join(ROOT, ".lab", "k8s", "kubeconfig"), "context": "onprem"})
 
 
@@ -216,7 +216,7 @@ def test_cloud_firewall_flags_all_open_then_narrows(cloud_firewall_restored):
     assert ssh(CLOUD, "true").returncode == 0
     assert podman_exec("cloud-h200-1", "python3", "-c", SSH_PROBE, "10.213.77.22").stdout.strip() == "blocked"
     # the node agent's outbound path is untouched: the Node stays Ready
-    from ansible_collections.hybridgpu.fleet.plugins.module_utils.k8s import Kube, node_ready
+    from ansible_collections.hybridgpu.fleet.plugins.module_utils.common.k8s import Kube, node_ready
     cloud = Kube({"kubeconfig": os.path.join(ROOT, ".lab", "k8s", "kubeconfig"), "context": "cloud"})
     assert node_ready(cloud.get_node(CLOUD)) == "True"
     arts = manifest(CLOUD)["sections"]["cloud_firewall"]

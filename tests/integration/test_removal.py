@@ -41,7 +41,7 @@ def assert_joined():
 
 @pytest.fixture(scope="module")
 def setup(lab_lock, tmp_path_factory):
-    from ansible_collections.hybridgpu.fleet.plugins.module_utils import manifest as mf
+    from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import manifest as mf
     assert_joined()
     tmp = tmp_path_factory.mktemp("removal")
     appr = approvers(tmp / "appr")
@@ -129,7 +129,7 @@ def test_interrupted_removal_reports_and_finishes(setup):
     assert kube().get_node(NODE) is None
     assert kube().get_secret("kube-system", "node-%s-token" % NODE) is None
     token = json.load(open(os.path.join(setup["rec"], "removals", NODE, "CHG-RM-LAB.revoked-token")))["token"]
-    from ansible_collections.hybridgpu.fleet.plugins.module_utils.k8s import K8sError, Kube
+    from ansible_collections.hybridgpu.fleet.plugins.module_utils.common.k8s import K8sError, Kube
     with pytest.raises(K8sError) as err:
         Kube({"host": "https://10.213.77.1:6443", "api_key": token,
               "ca_cert": os.path.join(ROOT, ".lab", "pki", "ca.crt")}, retries=0).get_node(NODE)

@@ -102,7 +102,7 @@ def test_build_and_install_from_tarball(tmp_path):
     tarball = glob.glob(str(build / "hybridgpu-fleet-*.tar.gz"))[0]
     with tarfile.open(tarball) as tf:
         names = tf.getnames()
-    assert "MANIFEST.json" in names and "plugins/module_utils/k8s.py" in names
+    assert "MANIFEST.json" in names and "plugins/module_utils/common/k8s.py" in names
     for bad in (".lab/", ".venv/", ".collections/", "records/", ".git/"):
         assert not any(n.startswith(bad) for n in names), bad
     dest = tmp_path / "installed"

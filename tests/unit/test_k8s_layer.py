@@ -9,7 +9,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from ansible_collections.hybridgpu.fleet.plugins.module_utils import k8s
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import k8s
 
 
 class Scripted(ThreadingHTTPServer):

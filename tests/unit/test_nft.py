@@ -4,7 +4,7 @@ import subprocess
 
 import pytest
 
-from ansible_collections.hybridgpu.fleet.plugins.module_utils import nft
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import nft
 
 BASE = {
     "management_sources": ["10.213.77.1/32"],

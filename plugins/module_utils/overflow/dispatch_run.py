@@ -11,7 +11,7 @@ carries the path that produced it.
 """
 from __future__ import annotations
 
-from .. import k8s
+from ..common import k8s
 from . import jobclass, trigger
 from .k8s_backend import K8sCloudCluster, K8sLocalQueue
 from .protocol import ACTIVE_STATES, J_FINISHED, Dispatcher

@@ -13,14 +13,14 @@ suspended, with `hybridgpu.io/overflow-withdrawn`, so the ID stays visible and n
 Cloud cluster: one Job per job ID, named by protocol.cloud_job_name and labelled with the job
 and attempt IDs. A create that gets no HTTP answer raises LostResponse when the request went
 out and LinkDown when it never did (K8sError.request_sent). 409 AlreadyExists is adopted. A
-403/422 answer (quota, admission) is a rejection. Every call goes through module_utils/k8s.py.
+403/422 answer (quota, admission) is a rejection. Every call goes through module_utils/common/k8s.py.
 """
 from __future__ import annotations
 
 import calendar
 import time
 
-from .. import k8s
+from ..common import k8s
 from . import backends as b
 from .protocol import ANNOTATION_JOB_ID, LABEL_ATTEMPT, LABEL_JOB, cloud_job_name
 from .trigger import QueueJob, QueueSnapshot

@@ -11,7 +11,7 @@ someone else placed.
 - release: `scontrol release`, marker removed.
 - withdraw: marker `ovf-withdrawn=<epoch>`, then `scancel` (the job finished in the cloud).
 - queue wait: one SSH round trip per poll runs `squeue -O ...` (every job, all states) and
-  `sprio`, both parsed by module_utils/slurm.py; squeue's StartTime is the scheduler's own
+  `sprio`, both parsed by module_utils/parsers/slurm.py; squeue's StartTime is the scheduler's own
   start estimate (ignored when Slurm only parks it a year ahead).
 """
 from __future__ import annotations
@@ -24,7 +24,7 @@ import subprocess
 import tempfile
 import time
 
-from .. import slurm
+from ..parsers import slurm
 from . import backends as b
 from .trigger import QueueJob, QueueSnapshot
 

@@ -39,8 +39,8 @@ import yaml  # noqa: E402
 from lablib import config  # noqa: E402
 from linkproxy import LinkProxy  # noqa: E402
 
-from ansible_collections.hybridgpu.fleet.plugins.module_utils import k8s  # noqa: E402
-from ansible_collections.hybridgpu.fleet.plugins.module_utils import records  # noqa: E402
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import k8s  # noqa: E402
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import records  # noqa: E402
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow import backends as b  # noqa: E402
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow import cost as costmod  # noqa: E402
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow import drillstats, jobclass, trigger  # noqa: E402

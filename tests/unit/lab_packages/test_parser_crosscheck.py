@@ -1,5 +1,5 @@
 """The stand-ins' output parses with the collection's real-format parsers."""
-from ansible_collections.hybridgpu.fleet.plugins.module_utils import nccl, nvidia_smi
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.parsers import nccl, nvidia_smi
 from lab_packages_support import a100_spec, node  # noqa: F401 (fixtures)  pylint: disable=unused-import
 
 

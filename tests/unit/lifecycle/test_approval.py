@@ -10,8 +10,8 @@ import pytest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import lifecycle_support as ls  # noqa: E402
 
-from ansible_collections.hybridgpu.fleet.plugins.module_utils import approval as ap  # noqa: E402
-from ansible_collections.hybridgpu.fleet.plugins.module_utils.boundary import load_boundary  # noqa: E402
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import approval as ap  # noqa: E402
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.common.boundary import load_boundary  # noqa: E402
 
 
 @pytest.fixture(scope="module")

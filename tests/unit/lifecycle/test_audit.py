@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from ansible_collections.hybridgpu.fleet.plugins.module_utils import audit
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import audit
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 VERIFY = os.path.join(REPO, "bin", "hgpu-audit-verify")

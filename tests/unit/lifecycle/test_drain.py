@@ -14,8 +14,8 @@ if LAB not in sys.path:
 
 import labpki  # noqa: E402
 
-from ansible_collections.hybridgpu.fleet.plugins.module_utils.drain import Drainer, classify  # noqa: E402
-from ansible_collections.hybridgpu.fleet.plugins.module_utils.k8s import Kube  # noqa: E402
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.lifecycle.drain import Drainer, classify  # noqa: E402
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.common.k8s import Kube  # noqa: E402
 
 NS = "drain-test"
 
@@ -205,6 +205,6 @@ def test_unmanaged_pod_blocks_unless_allowed(cluster, node):
 
 
 def test_missing_node_is_an_error_not_a_silent_success(cluster):
-    from ansible_collections.hybridgpu.fleet.plugins.module_utils.k8s import K8sError
+    from ansible_collections.hybridgpu.fleet.plugins.module_utils.common.k8s import K8sError
     with pytest.raises(K8sError, match="does not exist"):
         Drainer(kube(cluster), "no-such-node").drain()

@@ -3,8 +3,8 @@ import json
 
 import pytest
 
-from ansible_collections.hybridgpu.fleet.plugins.module_utils import manifest as mf
-from ansible_collections.hybridgpu.fleet.plugins.module_utils import removal as rm
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import manifest as mf
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.lifecycle import removal as rm
 
 PRE = {"recorded_at": "2025-01-01T00:00:00Z", "active_units": ["chrony.service", "slurmd.service"],
        "nft_ruleset": "table inet site {\n\tchain input {\n\t\ttype filter hook input priority 0;\n\t}\n}\n",

@@ -1,5 +1,5 @@
 """Before/after comparison of workloads on other nodes."""
-from ansible_collections.hybridgpu.fleet.plugins.module_utils.workloads import compare
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.lifecycle.workloads import compare
 
 
 def test_compare_names_affected_pods_and_jobs():

@@ -3,8 +3,8 @@ import os
 
 import pytest
 
-from ansible_collections.hybridgpu.fleet.plugins.module_utils import agents as ag
-from ansible_collections.hybridgpu.fleet.plugins.module_utils import boundary as bd
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.onboard import agents as ag
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import boundary as bd
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 ALLOWED = bd.load_boundary(os.path.join(ROOT, "inventories", "lab", "preflight", "boundary.yml")).allowed_agents()

@@ -4,10 +4,10 @@ import os
 
 import pytest
 
-from ansible_collections.hybridgpu.fleet.plugins.module_utils import boundary as bd
-from ansible_collections.hybridgpu.fleet.plugins.module_utils import firewall_rules as fr
-from ansible_collections.hybridgpu.fleet.plugins.module_utils import path_table as pt
-from ansible_collections.hybridgpu.fleet.plugins.module_utils import provider_firewall as pf
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import boundary as bd
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.onboard import host_rules as fr
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import path_map as pt
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.onboard import cloud_firewall as pf
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 PRE = os.path.join(ROOT, "inventories", "lab", "preflight")

@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from ansible_collections.hybridgpu.fleet.plugins.module_utils import manifest as mf
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import manifest as mf
 
 
 def test_sections_merge_and_reruns_are_stable(tmp_path):

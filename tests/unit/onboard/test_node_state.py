@@ -5,7 +5,7 @@ import subprocess
 
 import pytest
 
-from ansible_collections.hybridgpu.fleet.plugins.module_utils import node_state as ns
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.parsers import node_state as ns
 
 LIST_UNITS = """\
 chrony.service                 loaded active running chrony, an NTP client/server

@@ -1,7 +1,7 @@
 """Placement planning and the read-plan-write loop (409 -> re-read) without a cluster."""
 import pytest
 
-from ansible_collections.hybridgpu.fleet.plugins.module_utils import placement as pl
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.onboard import placement as pl
 
 PREFIXES = pl.DEFAULT_PREFIXES
 

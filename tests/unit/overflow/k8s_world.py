@@ -11,7 +11,7 @@ import labpki  # noqa: E402
 from k8s_emulator import serve  # noqa: E402
 from linkproxy import LinkProxy  # noqa: E402
 
-from ansible_collections.hybridgpu.fleet.plugins.module_utils import k8s  # noqa: E402
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import k8s  # noqa: E402
 
 TOKEN = "ovf-admin-token"
 

@@ -1,5 +1,5 @@
 """dcgm parsers beyond the real samples."""
-from ansible_collections.hybridgpu.fleet.plugins.module_utils import dcgm
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.parsers import dcgm
 
 
 def test_nonzero_xid_and_escaped_labels():

@@ -1,7 +1,7 @@
 """kubectl_node beyond the real samples: full Node JSON and List forms."""
 import json
 
-from ansible_collections.hybridgpu.fleet.plugins.module_utils import kubectl_node
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.parsers import kubectl_node
 
 NODE = {"kind": "Node", "metadata": {"name": "owned-a100-1", "labels": {
     "nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB", "nvidia.com/gpu.count": "8"}},

@@ -1,5 +1,5 @@
 """nccl parser: behaviour beyond the real samples (wrong counts, launcher prefixes)."""
-from ansible_collections.hybridgpu.fleet.plugins.module_utils import nccl
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.parsers import nccl
 
 HEADER = """# nThread 1 nGpus 8 minBytes 8 maxBytes 128 step: 2(factor) warmup iters: 5 iters: 20 agg iters: 1 validation: 1 graph: 0
 #  Rank  0 Group  0 Pid   11 on owned-a100-1 device  0 [0x10] NVIDIA A100-SXM4-80GB

@@ -1,5 +1,5 @@
 """ping / tracepath parsers beyond the real samples."""
-from ansible_collections.hybridgpu.fleet.plugins.module_utils import ping, tracepath
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.parsers import ping, tracepath
 
 
 def test_local_error_without_frag_needed():

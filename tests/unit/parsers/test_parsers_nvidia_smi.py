@@ -1,7 +1,7 @@
 """nvidia-smi parsers against every real sample (CSV, default table, XML)."""
 import pytest
 
-from ansible_collections.hybridgpu.fleet.plugins.module_utils import nvidia_smi
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.parsers import nvidia_smi
 
 import realsamples
 

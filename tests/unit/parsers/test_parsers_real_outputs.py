@@ -1,7 +1,7 @@
 """Every real sample of each tool parses to its expected values (tests/unit/parsers/expected)."""
 import pytest
 
-from ansible_collections.hybridgpu.fleet.plugins.module_utils import (
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.parsers import (
     chrony, dcgm, kubectl_node, nccl, ping, slurm, timedatectl, tracepath)
 
 import realsamples

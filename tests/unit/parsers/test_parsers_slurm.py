@@ -1,5 +1,5 @@
 """Slurm parsers beyond the real samples (multi-job scontrol, mismatched rows)."""
-from ansible_collections.hybridgpu.fleet.plugins.module_utils import slurm
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.parsers import slurm
 
 
 def test_scontrol_multiple_jobs():

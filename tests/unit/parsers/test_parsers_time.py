@@ -1,7 +1,7 @@
 """chrony / timedatectl parsers beyond the real samples."""
 import pytest
 
-from ansible_collections.hybridgpu.fleet.plugins.module_utils import chrony, timedatectl
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.parsers import chrony, timedatectl
 
 
 @pytest.mark.parametrize("text,seconds", [

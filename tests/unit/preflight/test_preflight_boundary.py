@@ -4,8 +4,8 @@ import datetime
 import pytest
 import yaml
 
-from ansible_collections.hybridgpu.fleet.plugins.module_utils import boundary as b
-from ansible_collections.hybridgpu.fleet.plugins.module_utils.schema import SchemaError
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import boundary as b
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.common.schema import SchemaError
 
 NOW = datetime.datetime(2026, 1, 1, tzinfo=datetime.timezone.utc)
 

@@ -2,7 +2,7 @@
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from ansible_collections.hybridgpu.fleet.plugins.module_utils import cidr as c
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.preflight import cidr as c
 
 ONPREM = [
     {"name": "nodes", "cidr": "10.213.77.0/24", "kind": "node"},

@@ -3,8 +3,8 @@ import json
 
 import pytest
 
-from ansible_collections.hybridgpu.fleet.plugins.module_utils import matrix as m
-from ansible_collections.hybridgpu.fleet.plugins.module_utils import version_rules as vr
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.preflight import matrix as m
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.preflight import version_rules as vr
 
 from lab_facts import lab
 

@@ -9,7 +9,7 @@ import sys
 import pytest
 import yaml
 
-from ansible_collections.hybridgpu.fleet.plugins.module_utils.schema import SchemaError
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.common.schema import SchemaError
 
 from hgpu_testenv import REPO
 from lab_facts import lab

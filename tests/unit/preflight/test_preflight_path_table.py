@@ -2,8 +2,8 @@
 import pytest
 import yaml
 
-from ansible_collections.hybridgpu.fleet.plugins.module_utils import path_table as pt
-from ansible_collections.hybridgpu.fleet.plugins.module_utils.schema import SchemaError
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import path_map as pt
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.common.schema import SchemaError
 
 
 def _doc(lab_file):

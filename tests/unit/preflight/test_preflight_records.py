@@ -5,10 +5,10 @@ import os
 
 import pytest
 
-from ansible_collections.hybridgpu.fleet.plugins.module_utils import boundary as b
-from ansible_collections.hybridgpu.fleet.plugins.module_utils import matrix as m
-from ansible_collections.hybridgpu.fleet.plugins.module_utils import path_table as pt
-from ansible_collections.hybridgpu.fleet.plugins.module_utils import records as r
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import boundary as b
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.preflight import matrix as m
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import path_map as pt
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import records as r
 
 from lab_facts import lab
 

@@ -1,11 +1,11 @@
-"""Unit tests for plugins/module_utils/probes.py (net, path-MTU and clock probe logic)."""
+"""Unit tests for plugins/module_utils/preflight/probes.py (net, path-MTU and clock probe logic)."""
 import socket
 import threading
 
 import pytest
 
-from ansible_collections.hybridgpu.fleet.plugins.module_utils import ping
-from ansible_collections.hybridgpu.fleet.plugins.module_utils import probes as p
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.parsers import ping
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.preflight import probes as p
 
 ADDR = "10.213.77.13"
 

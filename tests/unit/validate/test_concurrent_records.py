@@ -2,7 +2,7 @@
 import os
 import threading
 
-from ansible_collections.hybridgpu.fleet.plugins.module_utils import wave_record
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.validate import wave_record
 
 WRITERS = 8
 

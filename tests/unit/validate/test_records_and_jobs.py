@@ -5,8 +5,8 @@ import os
 
 import pytest
 
-from ansible_collections.hybridgpu.fleet.plugins.module_utils import job_run, validation, wave_record
-from ansible_collections.hybridgpu.fleet.plugins.module_utils.k8s import K8sError
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.validate import job_run, validation, wave_record
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.common.k8s import K8sError
 
 
 def node_rec(node, ok=True):

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from ansible_collections.hybridgpu.fleet.plugins.module_utils import validation as v
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.validate import validation as v
 
 DATA = os.path.join(os.path.dirname(__file__), "data")
 REF_JOB = os.path.join(os.path.dirname(__file__), "..", "..", "..", "roles", "validate", "files",

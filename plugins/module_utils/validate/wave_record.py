@@ -14,8 +14,8 @@ import json
 import os
 import tempfile
 
-from ansible_collections.hybridgpu.fleet.plugins.module_utils import records
-from ansible_collections.hybridgpu.fleet.plugins.module_utils.validation import record_filename
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import records
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.validate.validation import record_filename
 
 SCHEMA_VERSION = 1
 WAVE_JSON = "wave.json"

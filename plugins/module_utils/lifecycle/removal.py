@@ -26,8 +26,8 @@ import re
 import subprocess
 import tempfile
 
-from ansible_collections.hybridgpu.fleet.plugins.module_utils import manifest as mf
-from ansible_collections.hybridgpu.fleet.plugins.module_utils import node_state
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import manifest as mf
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.parsers import node_state
 
 # Phases in order; "verify" is never skipped on a rerun.
 STEPS = ("approval", "drain", "node_delete", "credentials", "agents", "firewall", "placement",
@@ -409,7 +409,7 @@ def revoke_secret(kube, namespace, name, token_file, check_mode=False):
 
 def token_refused(kube_factory, token_file, node):
     """Try the revoked token again. Returns (refused, detail)."""
-    from ansible_collections.hybridgpu.fleet.plugins.module_utils.k8s import K8sError
+    from ansible_collections.hybridgpu.fleet.plugins.module_utils.common.k8s import K8sError
     try:
         with open(token_file, encoding="utf-8") as fh:
             token = json.load(fh)["token"]

@@ -15,7 +15,7 @@ import base64
 import datetime
 import os
 
-from ansible_collections.hybridgpu.fleet.plugins.module_utils import schema as s
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import schema as s
 
 try:
     import netaddr

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import re
 
-from ansible_collections.hybridgpu.fleet.plugins.module_utils import nccl
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.parsers import nccl
 
 SCHEMA_VERSION = 1
 STEPS = ("inventory", "reference_job", "collectives", "placement", "telemetry", "link_interruption")

@@ -20,10 +20,10 @@ import errno
 import socket
 import time
 
-from ansible_collections.hybridgpu.fleet.plugins.module_utils import chrony
-from ansible_collections.hybridgpu.fleet.plugins.module_utils import ping
-from ansible_collections.hybridgpu.fleet.plugins.module_utils import timedatectl
-from ansible_collections.hybridgpu.fleet.plugins.module_utils import tracepath
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.parsers import chrony
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.parsers import ping
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.parsers import timedatectl
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.parsers import tracepath
 
 IPV4_HEADERS = 28  # IPv4 header (20) + ICMP header (8): ping -s N sends N + 28 bytes
 TCP_IPV4_HEADERS = 40  # IPv4 (20) + TCP (20): MSS = MTU - 40

@@ -20,7 +20,7 @@ import os
 import re
 import tempfile
 
-from ansible_collections.hybridgpu.fleet.plugins.module_utils import nft
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import nft
 
 PROTOCOLS = ("tcp", "udp")
 _NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,62}$")

@@ -22,7 +22,7 @@ __metaclass__ = type
 import threading
 import time
 
-from ansible_collections.hybridgpu.fleet.plugins.module_utils.k8s import K8sError
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.common.k8s import K8sError
 
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 

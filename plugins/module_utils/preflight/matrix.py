@@ -13,7 +13,7 @@ __metaclass__ = type
 
 import re
 
-from ansible_collections.hybridgpu.fleet.plugins.module_utils import version_rules as vr
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.preflight import version_rules as vr
 
 SCHEMA_VERSION = 1
 

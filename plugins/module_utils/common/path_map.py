@@ -12,7 +12,7 @@ __metaclass__ = type
 
 import os
 
-from ansible_collections.hybridgpu.fleet.plugins.module_utils import schema as s
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import schema as s
 
 try:
     import netaddr

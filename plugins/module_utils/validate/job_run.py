@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 
-from ansible_collections.hybridgpu.fleet.plugins.module_utils.k8s import K8sError
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.common.k8s import K8sError
 
 
 def job_manifest(name, namespace, image, command, args=None, env=None, node_name=None,

@@ -20,8 +20,8 @@ import shutil
 import subprocess
 import tempfile
 
-from ansible_collections.hybridgpu.fleet.plugins.module_utils import schema as s
-from ansible_collections.hybridgpu.fleet.plugins.module_utils.boundary import ACTIONS, ID_PATTERN
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import schema as s
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.common.boundary import ACTIONS, ID_PATTERN
 
 NAMESPACE = "hybridgpu.fleet-change"
 
