@@ -45,7 +45,7 @@ options:
     type: int
     default: 22
   extra_inbound:
-    description: More host inbound rules (name, proto, ports, sources) not yet in the path table.
+    description: More host inbound rules (name, protocol, ports, sources) not yet in the path table.
     type: list
     elements: dict
     default: []

@@ -50,15 +50,15 @@ options:
     type: str
   inbound:
     description:
-      - Inbound rules. Each has C(name), C(proto) (C(tcp) or C(udp)), C(ports) (list of
-        ports or C(lo-hi) ranges) and C(sources) (list of CIDRs; C(0.0.0.0/0) is refused).
+      - Inbound rules. Each has C(name), C(protocol) (C(tcp) or C(udp); C(proto) is another
+        name for it), C(ports) (list of ports or C(lo-hi) ranges) and C(sources) (list of CIDRs; C(0.0.0.0/0) is refused).
     type: list
     elements: dict
     default: []
   egress:
     description:
       - Egress allowlist. C(enforce) (bool) turns on an output chain with policy drop;
-        C(allow) lists C(name), C(proto), C(ports) and C(dest) (CIDR or list of CIDRs).
+        C(allow) lists C(name), C(protocol), C(ports) and C(dest) (CIDR or list of CIDRs).
     type: dict
     default: {}
   confirm_timeout:
@@ -91,7 +91,7 @@ EXAMPLES = r"""
     control_address: "{{ ansible_env.SSH_CLIENT.split()[0] }}"
     inbound:
       - name: node-exporter
-        proto: tcp
+        protocol: tcp
         ports: [9100]
         sources: [10.40.0.10/32]
     egress:

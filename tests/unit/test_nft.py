@@ -9,8 +9,8 @@ from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import nft
 BASE = {
     "management_sources": ["10.213.77.1/32"],
     "inbound": [
-        {"name": "node-exporter", "proto": "tcp", "ports": [9100], "sources": ["10.213.77.1/32"]},
-        {"name": "nccl", "proto": "tcp", "ports": ["40000-40100", 22222], "sources": ["10.213.77.0/28", "fd00::/64"]},
+        {"name": "node-exporter", "protocol": "tcp", "ports": [9100], "sources": ["10.213.77.1/32"]},
+        {"name": "nccl", "protocol": "tcp", "ports": ["40000-40100", 22222], "sources": ["10.213.77.0/28", "fd00::/64"]},
     ],
     "egress": {"enforce": True, "allow": [{"name": "api", "dest": "10.213.77.1", "ports": [6443, 7443]}]},
 }

@@ -13,8 +13,9 @@ import hashlib
 import ipaddress
 import re
 
-NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,62}$")
-PROTOS = ("tcp", "udp")
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import fwrule
+
+NAME_RE = fwrule.NAME_RE
 
 # ICMP that path-MTU discovery and diagnostics rely on: never drop frag-needed / too-big.
 ICMP_TYPES = "destination-unreachable, time-exceeded, parameter-problem, echo-request, echo-reply"
@@ -23,37 +24,16 @@ ICMPV6_TYPES = ("destination-unreachable, packet-too-big, time-exceeded, paramet
                 "nd-neighbor-advert")
 
 
-class RulesetError(ValueError):
-    """Bad firewall input; the message names the field."""
+# Bad firewall input; the message names the field.
+RulesetError = fwrule.RuleError
 
 
 def _net(value, field):
-    try:
-        return ipaddress.ip_network(str(value), strict=False)
-    except ValueError:
-        raise RulesetError("%s: %r is not an IP address or CIDR" % (field, value))
-
-
-def _ports(value, field):
-    if isinstance(value, (int, str)):
-        value = [value]
-    out = []
-    for i, port in enumerate(value or []):
-        text = str(port)
-        m = re.match(r"^(\d+)(?:-(\d+))?$", text)
-        if not m:
-            raise RulesetError("%s[%d]: %r is not a port or port range" % (field, i, port))
-        lo, hi = int(m.group(1)), int(m.group(2) or m.group(1))
-        if not (1 <= lo <= hi <= 65535):
-            raise RulesetError("%s[%d]: %r is outside 1-65535" % (field, i, port))
-        out.append((lo, hi))
-    if not out:
-        raise RulesetError("%s: at least one port is required" % field)
-    return sorted(set(out))
+    return fwrule.network(value, field)
 
 
 def _port_expr(ports):
-    items = ["%d" % lo if lo == hi else "%d-%d" % (lo, hi) for lo, hi in ports]
+    items = fwrule.port_text(ports)
     return items[0] if len(items) == 1 else "{ %s }" % ", ".join(items)
 
 
@@ -104,27 +84,13 @@ def normalize(spec):
     names = set()
     for i, rule in enumerate(spec.get("inbound") or []):
         field = "inbound[%d]" % i
-        extra = sorted(set(rule) - {"name", "proto", "ports", "sources", "comment"})
-        if extra:
-            raise RulesetError("%s: unknown key(s): %s" % (field, ", ".join(extra)))
-        name = rule.get("name")
-        if not name or not NAME_RE.match(str(name)):
-            raise RulesetError("%s.name: missing or not a plain name" % field)
-        if name in names:
-            raise RulesetError("%s.name: %r is used twice" % (field, name))
-        names.add(name)
-        proto = rule.get("proto", "tcp")
-        if proto not in PROTOS:
-            raise RulesetError("%s.proto: %r is not one of %s" % (field, proto, ", ".join(PROTOS)))
-        sources = [_net(s, "%s.sources[%d]" % (field, j)) for j, s in enumerate(rule.get("sources") or [])]
-        if not sources:
+        parsed = fwrule.parse(rule, field, "sources", names)
+        if not parsed["sources"]:
             raise RulesetError("%s.sources: a narrowest source is required; 'any' is not allowed" % field)
-        for net in sources:
-            if net.prefixlen == 0:
-                raise RulesetError("%s.sources: %s opens the port to every address" % (field, net))
-        inbound.append({"name": str(name), "proto": proto,
-                        "ports": _ports(rule.get("ports"), field + ".ports"),
-                        "sources": sources})
+        wide = fwrule.open_to_all(parsed["sources"])
+        if wide:
+            raise RulesetError("%s.sources: %s opens the port to every address" % (field, wide))
+        inbound.append(parsed)
     egress = spec.get("egress") or {}
     extra = sorted(set(egress) - {"enforce", "allow"})
     if extra:
@@ -132,18 +98,9 @@ def normalize(spec):
     allow = []
     for i, rule in enumerate(egress.get("allow") or []):
         field = "egress.allow[%d]" % i
-        extra = sorted(set(rule) - {"name", "proto", "ports", "dest", "comment"})
-        if extra:
-            raise RulesetError("%s: unknown key(s): %s" % (field, ", ".join(extra)))
-        proto = rule.get("proto", "tcp")
-        if proto not in PROTOS:
-            raise RulesetError("%s.proto: %r is not one of %s" % (field, proto, ", ".join(PROTOS)))
-        dest = rule.get("dest")
-        if dest is None:
+        if isinstance(rule, dict) and rule.get("dest") is None:
             raise RulesetError("%s.dest: required" % field)
-        allow.append({"name": str(rule.get("name") or "egress-%d" % i), "proto": proto,
-                      "ports": _ports(rule.get("ports"), field + ".ports"),
-                      "dest": [_net(d, "%s.dest" % field) for d in (dest if isinstance(dest, list) else [dest])]})
+        allow.append(fwrule.parse(rule, field, "dest", default_name="egress-%d" % i))
     return {"table": table, "management_sources": mgmt, "ssh_port": ssh_port, "inbound": inbound,
             "egress": {"enforce": bool(egress.get("enforce", False)), "allow": allow}}
 
@@ -175,7 +132,7 @@ def render(spec):
         for fam, nets in (("ip", v4), ("ip6", v6)):
             if nets:
                 lines.append('    %s saddr %s %s dport %s accept comment "%s"'
-                             % (fam, _addr_expr(nets), rule["proto"], _port_expr(rule["ports"]), rule["name"]))
+                             % (fam, _addr_expr(nets), rule["protocol"], _port_expr(rule["ports"]), rule["name"]))
     lines.append('    counter comment "inbound-dropped"')
     lines.append("  }")
     if s["egress"]["enforce"]:
@@ -201,7 +158,7 @@ def render(spec):
             for fam, nets in (("ip", v4), ("ip6", v6)):
                 if nets:
                     lines.append('    %s daddr %s %s dport %s accept comment "%s"'
-                                 % (fam, _addr_expr(nets), rule["proto"], _port_expr(rule["ports"]), rule["name"]))
+                                 % (fam, _addr_expr(nets), rule["protocol"], _port_expr(rule["ports"]), rule["name"]))
         lines.append('    counter comment "egress-dropped"')
         lines.append("  }")
     lines.append("}")

@@ -20,10 +20,9 @@ import os
 import re
 import tempfile
 
-from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import nft
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import fwrule, nft
 
-PROTOCOLS = ("tcp", "udp")
-_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,62}$")
+PROTOCOLS = fwrule.PROTOCOLS
 
 
 class ProviderError(ValueError):
@@ -31,43 +30,26 @@ class ProviderError(ValueError):
 
 
 def normalize_rules(rules):
-    """Validate [{name, protocol, ports, sources}] and return them sorted by name."""
+    """Validate [{name, protocol, ports, sources}] and return them sorted by name, ports and
+    sources as sorted strings."""
     out, names = [], set()
     for i, rule in enumerate(rules or []):
         where = "rules[%d]" % i
-        if not isinstance(rule, dict):
-            raise ProviderError("%s: expected a dict with name, protocol, ports, sources" % where)
-        extra = sorted(set(rule) - {"name", "protocol", "ports", "sources", "comment"})
-        if extra:
-            raise ProviderError("%s: unknown field(s) %s" % (where, ", ".join(extra)))
-        name = str(rule.get("name") or "")
-        if not _NAME.match(name):
-            raise ProviderError("%s.name: %r is not a plain name" % (where, name))
-        if name in names:
-            raise ProviderError("%s.name: %r is used twice" % (where, name))
-        names.add(name)
-        proto = rule.get("protocol", "tcp")
-        if proto not in PROTOCOLS:
-            raise ProviderError("%s.protocol: %r is not one of %s" % (where, proto, ", ".join(PROTOCOLS)))
-        ports = [str(p) for p in (rule.get("ports") or [])]
-        for p in ports:
-            if not re.match(r"^\d+(-\d+)?$", p):
-                raise ProviderError("%s.ports: %r is not a port or range" % (where, p))
-        if not ports:
+        if isinstance(rule, dict) and not rule.get("ports"):
             raise ProviderError("%s.ports: the path table lists ports; 'all ports' is not allowed" % where)
-        sources = []
-        for s in rule.get("sources") or []:
-            try:
-                net = ipaddress.ip_network(str(s), strict=False)
-            except ValueError:
-                raise ProviderError("%s.sources: %r is not a CIDR" % (where, s))
-            if net.prefixlen == 0:
-                raise ProviderError("%s.sources: %s is the 'all open' testing rule; give the addresses the "
-                                    "site's traffic arrives from (NAT egress or routed range)" % (where, net))
-            sources.append(str(net))
-        if not sources:
+        try:
+            parsed = fwrule.parse(rule, where, "sources", names)
+        except fwrule.RuleError as err:
+            raise ProviderError(str(err))
+        wide = fwrule.open_to_all(parsed["sources"])
+        if wide:
+            raise ProviderError("%s.sources: %s is the 'all open' testing rule; give the addresses the "
+                                "site's traffic arrives from (NAT egress or routed range)" % (where, wide))
+        if not parsed["sources"]:
             raise ProviderError("%s.sources: at least one source CIDR is required" % where)
-        out.append({"name": name, "protocol": proto, "ports": sorted(set(ports)), "sources": sorted(set(sources))})
+        out.append({"name": parsed["name"], "protocol": parsed["protocol"],
+                    "ports": sorted(set(fwrule.port_text(parsed["ports"]))),
+                    "sources": sorted(set(str(net) for net in parsed["sources"]))})
     return sorted(out, key=lambda r: r["name"])
 
 
@@ -144,7 +126,7 @@ class LabNftProvider(ProviderFirewall):
     def render(self, rules):
         spec = {"table": self.table, "management_sources": self.management_sources,
                 "ssh_port": self.ssh_port,
-                "inbound": [{"name": r["name"], "proto": r["protocol"], "ports": r["ports"],
+                "inbound": [{"name": r["name"], "protocol": r["protocol"], "ports": r["ports"],
                              "sources": r["sources"]} for r in rules]}
         if self.control_address:
             spec["control_address"] = self.control_address

@@ -46,7 +46,7 @@ def host_rules(table, boundary, node, ssh_port=22, extra_inbound=None, enforce_e
             if path["narrowest_source"] not in mgmt:
                 mgmt.append(path["narrowest_source"])
             continue
-        inbound.append({"name": path["id"], "proto": path["protocol"], "ports": _ports(path),
+        inbound.append({"name": path["id"], "protocol": path["protocol"], "ports": _ports(path),
                         "sources": [path["narrowest_source"]]})
     if not mgmt:
         raise RulesError("node %s: the path table %s has no allowed management SSH path (tcp/%d) into it; "
@@ -62,7 +62,7 @@ def host_rules(table, boundary, node, ssh_port=22, extra_inbound=None, enforce_e
     if boundary is not None:
         for i, entry in enumerate(boundary.egress_allowlist()):
             lo, hi = entry["port_min"], entry["port_max"]
-            allow.append({"name": "boundary-egress-%d" % i, "proto": "tcp",
+            allow.append({"name": "boundary-egress-%d" % i, "protocol": "tcp",
                           "ports": ["%d" % lo if lo == hi else "%d-%d" % (lo, hi)],
                           "dest": entry["cidr"]})
     return {"management_sources": mgmt, "inbound": inbound,

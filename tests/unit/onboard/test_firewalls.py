@@ -24,13 +24,13 @@ def boundary():
 
 
 def test_owned_node_gets_ssh_from_the_narrowest_source_and_the_boundary_egress(table, boundary):
-    extra = [{"name": "scrape", "proto": "tcp", "ports": [9400], "sources": ["10.213.77.1/32"]}]
+    extra = [{"name": "scrape", "protocol": "tcp", "ports": [9400], "sources": ["10.213.77.1/32"]}]
     res = fr.host_rules(table, boundary, "owned-a100-1", extra_inbound=extra)
     assert res["management_sources"] == ["10.213.77.1/32"]
     # The path table's scrape paths (control host -> exporters) come first, then the extra rule.
     assert res["inbound"] == [
-        {"name": "scrape-gpu-exporter", "proto": "tcp", "ports": ["9400"], "sources": ["10.213.77.1/32"]},
-        {"name": "scrape-node-exporter", "proto": "tcp", "ports": ["9100"], "sources": ["10.213.77.1/32"]},
+        {"name": "scrape-gpu-exporter", "protocol": "tcp", "ports": ["9400"], "sources": ["10.213.77.1/32"]},
+        {"name": "scrape-node-exporter", "protocol": "tcp", "ports": ["9100"], "sources": ["10.213.77.1/32"]},
     ] + extra
     assert res["egress"]["enforce"] is True
     assert {(a["dest"], tuple(a["ports"])) for a in res["egress"]["allow"]} == {
