@@ -13,7 +13,6 @@ __metaclass__ = type
 
 import base64
 import datetime
-import os
 
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import schema as s
 
@@ -353,21 +352,18 @@ def _iso(value):
     return value.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+BOUNDARY = s.Document(SPEC, _cross_check, Boundary)
+
+
 def parse_boundary(data, filename):
     """Validate parsed YAML; raise schema.SchemaError listing every problem."""
-    doc, errors = s.collect(data, SPEC, filename)
-    if not errors:
-        errors = _cross_check(doc, filename)
-    if errors:
-        raise s.SchemaError(errors)
-    return Boundary(doc, filename)
+    return BOUNDARY.parse(data, filename)
 
 
 def load_boundary(path):
     """Read, parse and validate a boundary file; errors name the file by its base name."""
-    name = os.path.basename(path)
-    return parse_boundary(s.load_yaml_file(path, name), name)
+    return BOUNDARY.load(path)
 
 
 def load_boundary_text(text, filename="boundary.yml"):
-    return parse_boundary(s.load_yaml_text(text, filename), filename)
+    return BOUNDARY.load_text(text, filename)

@@ -10,7 +10,6 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-import os
 
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import schema as s
 
@@ -221,18 +220,17 @@ def _cross_check(doc, filename):
     return errors
 
 
+PATH_TABLE = s.Document(SPEC, _cross_check, PathTable)
+
+
 def parse_path_table(data, filename):
-    doc, errors = s.collect(data, SPEC, filename)
-    if not errors:
-        errors = _cross_check(doc, filename)
-    if errors:
-        raise s.SchemaError(errors)
-    return PathTable(doc, filename)
+    """Validate parsed YAML; raise schema.SchemaError listing every problem."""
+    return PATH_TABLE.parse(data, filename)
 
 
 def load_path_table(path):
-    name = os.path.basename(path)
-    return parse_path_table(s.load_yaml_file(path, name), name)
+    """Read, parse and validate a path table file; errors name the file by its base name."""
+    return PATH_TABLE.load(path)
 
 
 def evaluate(probes, results):

@@ -11,6 +11,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import datetime
+import os
 import re
 
 try:
@@ -251,6 +252,33 @@ def collect(data, spec, filename):
     ctx = _Ctx(filename)
     out = spec.check(data, [], ctx)
     return out, ctx.errors
+
+
+class Document:
+    """A YAML document type: its spec, the checks across fields that run once the spec holds,
+    and the class that wraps the normalised data (called as ``build(doc, filename)``)."""
+
+    def __init__(self, spec, cross_check, build):
+        self.spec = spec
+        self.cross_check = cross_check
+        self.build = build
+
+    def parse(self, data, filename):
+        """Validate parsed YAML; raise SchemaError listing every problem."""
+        doc, errors = collect(data, self.spec, filename)
+        if not errors:
+            errors = self.cross_check(doc, filename)
+        if errors:
+            raise SchemaError(errors)
+        return self.build(doc, filename)
+
+    def load(self, path):
+        """Read, parse and validate a file; errors name the file by its base name."""
+        name = os.path.basename(path)
+        return self.parse(load_yaml_file(path, name), name)
+
+    def load_text(self, text, filename):
+        return self.parse(load_yaml_text(text, filename), filename)
 
 
 def _construct_mapping(loader, node, deep=False):
