@@ -18,6 +18,12 @@ description:
     returned RV(text) is what a copy on the node should contain.
   - Written atomically (temporary sibling, then rename). Recording the same artefacts
     again leaves the file unchanged, so reruns report no change.
+  - With O(created_only), this module decides what onboarding created - packages, users and
+    directories the node had before onboarding (the C(pre_onboarding) block) are never
+    recorded, so removal never deletes them - and it refuses to run without that block.
+  - A manifest file that cannot be read, is not JSON or is not a JSON object always fails
+    the task; only a missing file reads as "no manifest yet", and only the baseline step
+    (O(pre_onboarding)) or a section without O(created_only) creates one.
 extends_documentation_fragment:
   - hybridgpu.fleet.attributes
 options:
@@ -55,6 +61,26 @@ options:
   pre_onboarding:
     description: Standalone state before onboarding. Recorded only when none is recorded yet.
     type: dict
+  created_only:
+    description:
+      - Record only what onboarding created. Package (C(name)), user (C(name)) and directory
+        (C(path)) artefacts that the manifest's C(pre_onboarding) block lists as present
+        before onboarding are left out and returned in RV(had).
+      - An artefact with C(record_always=true) (a folder onboarding uses whether or not it
+        made it) is recorded either way, with C(created) set to whether onboarding made it.
+      - Fails, naming the file, when the manifest does not exist or has no C(pre_onboarding)
+        block. Run the baseline step first (role C(hybridgpu.fleet.node_join),
+        C(tasks_from=baseline)); in check mode that step writes nothing.
+      - With O(read), only that check is made, so a role can refuse to start before it
+        changes anything.
+    type: bool
+    default: false
+  read:
+    description:
+      - Only read the manifest and return it; nothing is written. A missing manifest
+        returns RV(manifest) null (unless O(created_only) is set); an unreadable one fails.
+    type: bool
+    default: false
 attributes:
   check_mode:
     support: full
@@ -79,17 +105,53 @@ EXAMPLES = r"""
       - {kind: api_object, cluster: onprem, api_version: v1, resource: secrets,
          namespace: kube-system, name: node-dh1-a100-01-token}
   delegate_to: localhost
+
+- name: Record the agents, leaving out what the node had before onboarding
+  hybridgpu.fleet.node_manifest:
+    path: "{{ hgpu_lab_records_dir }}/manifests/{{ inventory_hostname }}.json"
+    node: "{{ inventory_hostname }}"
+    section: agents
+    created_only: true
+    artefacts:
+      - {kind: package, name: prometheus-node-exporter}
+      - {kind: directory, path: /var/lib/hybridgpu, record_always: true}
+  delegate_to: localhost
+
+- name: Refuse to start when the standalone state is not recorded
+  hybridgpu.fleet.node_manifest:
+    path: "{{ hgpu_lab_records_dir }}/manifests/{{ inventory_hostname }}.json"
+    node: "{{ inventory_hostname }}"
+    read: true
+    created_only: true
+  delegate_to: localhost
+
+- name: Is the standalone state recorded yet?
+  hybridgpu.fleet.node_manifest:
+    path: "{{ hgpu_lab_records_dir }}/manifests/{{ inventory_hostname }}.json"
+    node: "{{ inventory_hostname }}"
+    read: true
+  delegate_to: localhost
+  register: manifest_now
 """
 
 RETURN = r"""
 manifest:
-  description: The manifest after the run.
+  description: The manifest after the run (with O(read), as read; null when there is none).
   returned: always
   type: dict
 text:
-  description: The manifest as written (JSON text), for the copy on the node.
+  description: The manifest as written (JSON text), for the copy on the node; empty when O(read) finds none.
   returned: always
   type: str
+baseline_recorded:
+  description: Whether the manifest holds the node's standalone state before onboarding (C(pre_onboarding)).
+  returned: always
+  type: bool
+had:
+  description: With O(created_only), the artefacts left out because the node had them before onboarding.
+  returned: always
+  type: list
+  elements: dict
 """
 
 from ansible.module_utils.basic import AnsibleModule
@@ -107,16 +169,30 @@ def main():
             facts=dict(type="dict", default={}),
             replace=dict(type="bool", default=False),
             pre_onboarding=dict(type="dict"),
+            created_only=dict(type="bool", default=False),
+            read=dict(type="bool", default=False),
         ),
+        mutually_exclusive=[("read", "section"), ("read", "pre_onboarding")],
         supports_check_mode=True,
     )
     p = module.params
+    had = []
     try:
         before = mf.load(p["path"])
-        after = mf.merge(before, p["node"], p["section"], p["artefacts"], p["facts"],
+        if p["read"]:
+            mf.merge(before, p["node"])  # refuses a manifest of another node
+            if p["created_only"]:
+                mf.baseline(before, p["path"])
+            module.exit_json(changed=False, manifest=before, text=mf.dumps(before) if before else "",
+                             baseline_recorded=bool(before and before.get("pre_onboarding")), had=[])
+        arts = p["artefacts"]
+        if p["created_only"]:
+            arts, had = mf.created(mf.baseline(before, p["path"]), arts)
+        after = mf.merge(before, p["node"], p["section"], arts, p["facts"],
                          p["pre_onboarding"], p["replace"])
     except mf.ManifestError as err:
-        module.fail_json(msg="Manifest %s for node %s: %s" % (p["path"], p["node"], err))
+        where = "" if p["path"] in str(err) else " " + p["path"]
+        module.fail_json(msg="Manifest%s for node %s: %s" % (where, p["node"], err))
     text = mf.dumps(after)
     changed = before is None or mf.dumps(before) != text
     if changed and not module.check_mode:
@@ -124,7 +200,8 @@ def main():
             mf.write(p["path"], after)
         except OSError as err:
             module.fail_json(msg="Cannot write manifest %s: %s" % (p["path"], err))
-    result = dict(changed=changed, manifest=after, text=text)
+    result = dict(changed=changed, manifest=after, text=text,
+                  baseline_recorded=bool(after.get("pre_onboarding")), had=had)
     if changed and module._diff:
         result["diff"] = dict(before=mf.dumps(before) if before else "", after=text,
                               before_header=p["path"], after_header=p["path"])

@@ -126,14 +126,77 @@ def dumps(doc):
 
 
 def load(path):
-    """The manifest at `path`, or None when there is none yet."""
+    """The manifest at `path`, or None when there is none yet.
+
+    A file that exists but cannot be read, is not JSON or is not a JSON object raises
+    ManifestError: it must never read as an empty manifest.
+    """
     try:
         with open(path, encoding="utf-8") as fh:
-            return json.load(fh)
+            doc = json.load(fh)
     except FileNotFoundError:
         return None
     except ValueError as err:
-        raise ManifestError("%s is not valid JSON (%s); fix or move it aside" % (path, err))
+        raise ManifestError("%s is not valid JSON (%s); fix it or move it aside" % (path, err))
+    except OSError as err:
+        raise ManifestError("%s cannot be read (%s); check the file and its permissions" % (path, err.strerror or err))
+    if not isinstance(doc, dict):
+        raise ManifestError("%s holds a JSON %s, not a manifest object; fix it or move it aside"
+                            % (path, type(doc).__name__))
+    return doc
+
+
+def baseline(doc, path):
+    """The pre_onboarding block of `doc`; raises ManifestError when there is none.
+
+    Steps after the baseline need it to tell what onboarding created from what the node
+    already had, so a missing manifest or block stops them instead of reading as empty.
+    """
+    todo = ("run onboarding's baseline step first (role hybridgpu.fleet.node_join, tasks_from: baseline, "
+            "as playbooks/onboard.yml does); a --check run records nothing")
+    if doc is None:
+        raise ManifestError("%s does not exist: the node's standalone state was never recorded "
+                            "(the node was never onboarded); %s" % (path, todo))
+    pre = doc.get("pre_onboarding")
+    if not pre or not isinstance(pre, dict):
+        raise ManifestError("%s has no pre_onboarding block: the node's standalone state was never "
+                            "recorded; %s" % (path, todo))
+    return pre
+
+
+def _had(pre, art):
+    """Whether the node had `art` before onboarding, per the pre_onboarding block."""
+    kind = art.get("kind")
+    if kind == "package":
+        return bool((pre.get("packages") or {}).get(art.get("name")))
+    if kind == "user":
+        return art.get("name") in (pre.get("users") or [])
+    if kind == "directory":
+        return bool((pre.get("paths") or {}).get(art.get("path")))
+    return False
+
+
+def created(pre, artefacts):
+    """Split `artefacts` into (created, had): what onboarding created and what the node had.
+
+    Packages, users and directories the pre_onboarding block lists as present are the
+    node's own: they go to `had` and are never recorded, so removal never deletes them.
+    An artefact with ``record_always`` (a folder onboarding uses whether or not it made
+    it) is kept either way, with ``created`` saying whether onboarding made it.
+    """
+    made, had = [], []
+    for art in artefacts or []:
+        art = dict(art)
+        always = art.pop("record_always", False)
+        before = _had(pre, art)
+        if always:
+            art["created"] = not before
+            made.append(art)
+        elif before:
+            had.append(art)
+        else:
+            made.append(art)
+    return made, had
 
 
 def write(path, doc):

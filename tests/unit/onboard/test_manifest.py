@@ -1,10 +1,16 @@
-"""Per-node manifest: merge per section, identities, atomic write, stable reruns."""
+"""Per-node manifest: merge per section, identities, atomic write, stable reruns, and what
+onboarding created (never what the node had before), judged by the node_manifest module."""
 import json
 import os
+import subprocess
+import sys
 
 import pytest
 
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import manifest as mf
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.lifecycle import removal as rm
+
+from hgpu_testenv import REPO
 
 
 def test_sections_merge_and_reruns_are_stable(tmp_path):
@@ -53,3 +59,155 @@ def test_corrupt_file_is_reported(tmp_path):
     with pytest.raises(mf.ManifestError, match="not valid JSON"):
         mf.load(str(p))
     assert mf.load(str(tmp_path / "none.json")) is None
+
+
+# --- what onboarding created, through the module the roles call --------------------------
+
+# The node's standalone state before onboarding (standalone_state's shape): it already had
+# the Prometheus node exporter, its user and /etc/hybridgpu.
+PRE = {"recorded_at": "2026-01-01T00:00:00Z", "active_units": ["ssh.service", "prometheus-node-exporter.service"],
+       "nft_ruleset": "", "packages": {"prometheus-node-exporter": "1.5.0-1", "hybridgpu-node-agent": None},
+       "paths": {"/etc/hybridgpu": True, "/etc/hybridgpu/node-agent": False, "/var/lib/hybridgpu": True},
+       "users": ["root", "prometheus"]}
+
+# What the agents and the join install, as the roles declare it (everything they touch).
+AGENTS = [
+    {"kind": "package", "name": "prometheus-node-exporter", "agent": "prometheus-node-exporter"},
+    {"kind": "user", "name": "prometheus", "agent": "prometheus-node-exporter"},
+    {"kind": "unit", "name": "prometheus-node-exporter.service", "agent": "prometheus-node-exporter"},
+    {"kind": "user", "name": "hgpu-gpu-exporter", "agent": "hybridgpu-gpu-exporter"},
+]
+JOIN = [
+    {"kind": "package", "name": "hybridgpu-node-agent"},
+    {"kind": "directory", "path": "/etc/hybridgpu/node-agent", "mode": "0700"},
+    {"kind": "directory", "path": "/etc/hybridgpu"},
+    {"kind": "directory", "path": "/var/lib/hybridgpu", "record_always": True},
+    {"kind": "file", "path": "/var/lib/hybridgpu/manifest.json"},
+]
+
+
+def run_module(args, check_mode=False):
+    """One run of plugins/modules/node_manifest.py as a process, as Ansible runs it."""
+    args = dict(args, _ansible_check_mode=check_mode)
+    env = dict(os.environ, PYTHONPATH=os.path.join(REPO, ".collections"))
+    proc = subprocess.run([sys.executable, os.path.join(REPO, "plugins", "modules", "node_manifest.py")],
+                          input=json.dumps({"ANSIBLE_MODULE_ARGS": args}), capture_output=True,
+                          text=True, env=env, timeout=60, check=False)
+    return json.loads(proc.stdout)
+
+
+def onboard(path, node="n1"):
+    """The onboarding steps in order: baseline, agents, join."""
+    base = run_module({"path": path, "node": node, "pre_onboarding": PRE})
+    assert base["changed"] and not base.get("failed"), base
+    agents = run_module({"path": path, "node": node, "section": "agents", "artefacts": AGENTS, "created_only": True})
+    join = run_module({"path": path, "node": node, "section": "join", "artefacts": JOIN, "created_only": True})
+    return agents, join
+
+
+def test_what_the_node_had_before_is_never_recorded_and_never_removed(tmp_path):
+    path = str(tmp_path / "manifests" / "n1.json")
+    agents, join = onboard(path)
+    assert not agents.get("failed") and not join.get("failed"), (agents, join)
+    doc = mf.load(path)
+    recorded = [(a["kind"], a.get("name") or a.get("path")) for a in mf.artefacts(doc)]
+    assert ("package", "prometheus-node-exporter") not in recorded
+    assert ("user", "prometheus") not in recorded
+    assert ("directory", "/etc/hybridgpu") not in recorded
+    assert ("package", "hybridgpu-node-agent") in recorded
+    assert ("user", "hgpu-gpu-exporter") in recorded
+    assert ("directory", "/etc/hybridgpu/node-agent") in recorded
+    # what was left out is said, not silently dropped
+    assert [a["name"] for a in agents["had"]] == ["prometheus-node-exporter", "prometheus"]
+    assert [a["path"] for a in join["had"]] == ["/etc/hybridgpu"]
+    # the manifest's own folder stays listed, marked as not created by onboarding
+    folder = [a for a in mf.artefacts(doc, "directory") if a["path"] == "/var/lib/hybridgpu"]
+    assert folder == [{"kind": "directory", "path": "/var/lib/hybridgpu", "created": False, "section": "join"}]
+    # the node copy is the same text as the control-host file
+    assert join["text"] == open(path, encoding="utf-8").read()
+    # and so removal never touches them
+    plan = rm.plan(doc)
+    assert plan["packages"] == ["hybridgpu-node-agent"]
+    assert plan["users"] == ["hgpu-gpu-exporter"]
+    assert "/etc/hybridgpu" not in plan["directories"] and "/var/lib/hybridgpu" not in plan["directories"]
+    assert "prometheus-node-exporter" in plan["restore"]["packages"]
+    # a rerun changes nothing
+    assert [r["changed"] for r in onboard_again(path)] == [False, False]
+
+
+def onboard_again(path):
+    return [run_module({"path": path, "node": "n1", "section": "agents", "artefacts": AGENTS, "created_only": True}),
+            run_module({"path": path, "node": "n1", "section": "join", "artefacts": JOIN, "created_only": True})]
+
+
+def test_created_splits_what_onboarding_made_from_what_the_node_had():
+    made, had = mf.created(PRE, AGENTS + JOIN)
+    assert ("package", "prometheus-node-exporter") in [(a["kind"], a.get("name")) for a in had]
+    assert all("record_always" not in a for a in made + had)
+    assert mf.created({}, [{"kind": "package", "name": "x"}]) == ([{"kind": "package", "name": "x"}], [])
+
+
+def _no_manifest(tmp_path):
+    return str(tmp_path / "absent.json")
+
+
+def _not_json(tmp_path):
+    (tmp_path / "m.json").write_text("{\"node\": \"n1\",")
+    return str(tmp_path / "m.json")
+
+
+def _a_list(tmp_path):
+    (tmp_path / "m.json").write_text("[]\n")
+    return str(tmp_path / "m.json")
+
+
+def _no_baseline(tmp_path):
+    (tmp_path / "m.json").write_text(mf.dumps(mf.empty("n1")))
+    return str(tmp_path / "m.json")
+
+
+def _unreadable(tmp_path):
+    (tmp_path / "m.json").mkdir()  # a folder: open() fails as for a file that cannot be read
+    return str(tmp_path / "m.json")
+
+
+@pytest.mark.parametrize("make, says", [
+    (_no_manifest, "does not exist: the node's standalone state was never recorded (the node was never onboarded)"),
+    (_not_json, "is not valid JSON"),
+    (_a_list, "holds a JSON list, not a manifest object"),
+    (_no_baseline, "has no pre_onboarding block"),
+    (_unreadable, "cannot be read"),
+])
+@pytest.mark.parametrize("args", [
+    {"section": "agents", "artefacts": AGENTS, "created_only": True},
+    {"read": True, "created_only": True},
+], ids=["record", "check_before_change"])
+def test_missing_or_broken_manifest_stops_the_step(tmp_path, make, says, args):
+    path = make(tmp_path)
+    before = sorted(os.listdir(str(tmp_path)))
+    out = run_module(dict(args, path=path, node="n1"))
+    assert out.get("failed") is True, out
+    assert path in out["msg"] and says in out["msg"], out["msg"]
+    if make in (_no_manifest, _no_baseline):
+        assert "run onboarding's baseline step first" in out["msg"]
+    else:
+        assert "fix it or move it aside" in out["msg"] or "permissions" in out["msg"]
+    assert sorted(os.listdir(str(tmp_path))) == before  # nothing written
+
+
+def test_baseline_step_creates_the_manifest_and_reads_a_missing_one_as_not_recorded(tmp_path):
+    path = str(tmp_path / "manifests" / "n1.json")
+    first = run_module({"path": path, "node": "n1", "read": True})
+    assert first["changed"] is False and first["manifest"] is None and first["baseline_recorded"] is False
+    assert not os.path.exists(path)
+    check = run_module({"path": path, "node": "n1", "pre_onboarding": PRE}, check_mode=True)
+    assert check["changed"] is True and not os.path.exists(path)  # check mode writes nothing
+    assert run_module({"path": path, "node": "n1", "pre_onboarding": PRE})["changed"] is True
+    assert run_module({"path": path, "node": "n1", "read": True})["baseline_recorded"] is True
+    assert run_module({"path": path, "node": "n1", "read": True, "created_only": True}).get("failed") is not True
+
+
+def test_a_broken_manifest_stops_the_baseline_step_too(tmp_path):
+    path = _a_list(tmp_path)
+    out = run_module({"path": path, "node": "n1", "read": True})
+    assert out["failed"] is True and "holds a JSON list" in out["msg"]
