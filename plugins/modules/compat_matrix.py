@@ -28,9 +28,33 @@ options:
         C(hostname), C(side) (V(owned) or V(cloud)), C(gpu) (C(model), C(count), C(memory_mib),
         C(mig_mode)), C(driver_version), C(cuda_version), C(kernel), C(os) (C(id), C(version_id),
         C(pretty)), C(image_id), C(container_runtime), C(agent_version).
+      - Nodes given in O(hosts) are added to these.
     type: list
     elements: dict
-    required: true
+    default: []
+  hosts:
+    description:
+      - Hosts as gathered, each C({hostname, node_group, gpu_facts}) with C(gpu_facts) the
+        C(ansible_facts.hybridgpu_gpu) of M(hybridgpu.fleet.gpu_facts) on that host. Each becomes
+        a node of O(nodes); its side is V(cloud) when it is in O(cloud_hosts), else V(owned).
+      - Its agent version is the kubelet version its Node reports in O(k8s_node_info), else the
+        version of a kubelet binary gpu_facts found on the host.
+    type: list
+    elements: dict
+    default: []
+  cloud_hosts:
+    description: Names of the hosts in O(hosts) that are cloud nodes.
+    type: list
+    elements: str
+    default: []
+  k8s_node_info:
+    description:
+      - The C(results) of a M(hybridgpu.fleet.k8s_node_info) loop over a dict of contexts
+        (C(dict2items)), so each has C(item.key) (the side), C(nodes) and C(server_version).
+      - Gives the kubelet versions of O(hosts) and the API server version per side; O(api_server_versions) overrides the latter.
+    type: list
+    elements: dict
+    default: []
   cloud:
     description:
       - Declared cloud values, used when no cloud node facts are given and to fill what the
@@ -115,13 +139,17 @@ matrix:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.preflight import matrix as m
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.preflight import nodes as n
 
 
 def run(params):
     """Module logic without Ansible: returns (result, failure_message_or_None)."""
+    k8s = params.get("k8s_node_info") or []
+    nodes = list(params.get("nodes") or []) + n.nodes_from_hosts(params.get("hosts"), params.get("cloud_hosts"), k8s)
+    api_versions = dict(n.api_server_versions(k8s), **(params.get("api_server_versions") or {}))
     result = m.build(
-        params["nodes"], cloud=params.get("cloud") or {}, job_image_cuda=params.get("job_image_cuda"),
-        api_server_versions=params.get("api_server_versions") or {}, holds=params.get("holds") or {},
+        nodes, cloud=params.get("cloud") or {}, job_image_cuda=params.get("job_image_cuda"),
+        api_server_versions=api_versions, holds=params.get("holds") or {},
         boundary_status=params.get("boundary_status"),
         max_generation_distance=params.get("max_generation_distance", 2),
         cuda_compat=params.get("cuda_compat", "strict"),
@@ -136,7 +164,10 @@ def run(params):
 def main():
     module = AnsibleModule(
         argument_spec=dict(
-            nodes=dict(type="list", elements="dict", required=True),
+            nodes=dict(type="list", elements="dict", default=[]),
+            hosts=dict(type="list", elements="dict", default=[]),
+            cloud_hosts=dict(type="list", elements="str", default=[]),
+            k8s_node_info=dict(type="list", elements="dict", default=[]),
             cloud=dict(type="dict", default={}),
             job_image_cuda=dict(type="str"),
             api_server_versions=dict(type="dict", default={}),

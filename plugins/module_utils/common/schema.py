@@ -146,6 +146,29 @@ def parse_timestamp(value):
     return dt.astimezone(datetime.timezone.utc)
 
 
+class Version(Spec):
+    """A dotted version written as a string ("12.4", "1.31.2").
+
+    YAML reads an unquoted 12.4 as a number (and 12.10 as 12.1), so a number is refused with
+    the hint to quote it. ``parts`` is the (fewest, most) numeric parts; ``prefix_v`` accepts
+    a leading "v" as Kubernetes writes it.
+    """
+
+    def __init__(self, parts=(2, 3), prefix_v=False, example="12.4"):
+        self.parts = parts
+        self.prefix_v = prefix_v
+        self.example = example
+
+    def check(self, value, path, ctx):
+        if isinstance(value, bool) or not isinstance(value, str):
+            ctx.add(path, "expected a quoted version like \"%s\", got %s %r" % (self.example, _type_name(value), value))
+            return value
+        text = value[1:] if self.prefix_v and value.startswith("v") else value
+        if not re.match(r"^[0-9]+(\.[0-9]+)*$", text) or not self.parts[0] <= len(text.split(".")) <= self.parts[1]:
+            ctx.add(path, "%r is not a version like %s" % (value, self.example))
+        return value
+
+
 class ListOf(Spec):
     def __init__(self, item, min_items=0, unique=False):
         self.item = item
@@ -204,9 +227,11 @@ class Map(Spec):
 class MapOf(Spec):
     """A mapping whose keys are names (optionally from a fixed set) and values share a spec."""
 
-    def __init__(self, value_spec, keys=None):
+    def __init__(self, value_spec, keys=None, key_pattern=None, key_hint=None):
         self.value_spec = value_spec
         self.keys = list(keys) if keys else None
+        self.key_pattern = re.compile(key_pattern) if key_pattern else None
+        self.key_hint = key_hint
 
     def check(self, value, path, ctx):
         if not isinstance(value, dict):
@@ -219,6 +244,9 @@ class MapOf(Spec):
                 continue
             if self.keys is not None and key not in self.keys:
                 ctx.add(path + [key], "unknown key (allowed: %s)" % ", ".join(self.keys))
+                continue
+            if self.key_pattern is not None and not self.key_pattern.match(key):
+                ctx.add(path + [key], "key %r does not match %s" % (key, self.key_hint or self.key_pattern.pattern))
                 continue
             out[key] = self.value_spec.check(item, path + [key], ctx)
         return out

@@ -14,7 +14,7 @@ from ansible_collections.hybridgpu.fleet.plugins.module_utils.common.schema impo
 from hgpu_testenv import REPO
 from lab_facts import lab
 
-MODULES = ["compat_matrix", "cidr_overlap", "access_boundary", "path_table", "preflight_record"]
+MODULES = ["compat_matrix", "cidr_overlap", "access_boundary", "path_table", "preflight_record", "preflight_inputs"]
 
 
 def _mod(name):
