@@ -132,6 +132,7 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import cmd
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.preflight import probes as p
 
 
@@ -183,7 +184,10 @@ def main():
             path = module.get_bin_path(argv[0])
             if path is None:
                 return 127, "", ""
-            return module.run_command([path] + argv[1:], environ_update={"LANG": "C", "LC_ALL": "C"})
+            try:
+                return cmd.module_run(module, [path] + argv[1:], ok=cmd.ANY_STATUS)  # time_sync_status reads it
+            except cmd.CommandError as exc:
+                module.fail_json(msg="clock_probe on %s: %s" % (host, exc))
 
         sync = p.time_sync_status(run)
         server = "%s:%s" % (params["server"], params["port"])

@@ -144,6 +144,7 @@ import re
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import cmd
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.parsers import nvidia_smi
 
 QUERY_FIELDS = ["index", "name", "uuid", "memory.total", "driver_version", "mig.mode.current",
@@ -331,13 +332,13 @@ def main():
                          % (smi_path, os.uname().nodename))
 
     def run(argv):
-        return module.run_command(argv, environ_update={"LANG": "C", "LC_ALL": "C"})
+        return cmd.module_run(module, argv, ok=cmd.ANY_STATUS)  # collect() reads the exit status
 
     node = NodeAccess(run=run, which=module.get_bin_path,
                       read_file=_read_file, uname=os.uname)
     try:
         facts = collect(node, smi_path=smi_path, query_cuda=module.params["query_cuda"])
-    except GpuFactsError as exc:
+    except (GpuFactsError, cmd.CommandError) as exc:
         module.fail_json(msg="gpu_facts on %s: %s" % (os.uname().nodename, exc))
     module.exit_json(changed=False, ansible_facts={"hybridgpu_gpu": facts})
 

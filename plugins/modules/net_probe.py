@@ -79,6 +79,7 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import cmd
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.preflight import probes as p
 
 
@@ -97,13 +98,15 @@ def main():
         path = module.get_bin_path(argv[0])
         if path is None:
             return 127, "", "%s not found on PATH of %s" % (argv[0], host)
-        return module.run_command([path] + argv[1:], environ_update={"LANG": "C", "LC_ALL": "C"})
+        return cmd.module_run(module, [path] + argv[1:], ok=cmd.ANY_STATUS)  # the probes read the exit status
 
     try:
         results = p.run_net_probes(module.params["probes"], run=run, timeout=module.params["timeout"],
                                    icmp_count=module.params["icmp_count"])
     except p.ProbeError as exc:
         module.fail_json(msg="net_probe on %s: bad input: %s" % (host, exc))
+    except cmd.CommandError as exc:
+        module.fail_json(msg="net_probe on %s: %s" % (host, exc))
     module.exit_json(changed=False, probe_results=results, host=host)
 
 

@@ -127,10 +127,11 @@ rollback_unit:
 """
 
 import os
-import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import cmd
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import files
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import nft
 
 
@@ -147,10 +148,11 @@ class Firewall(object):
         return os.path.join(self.dir, "%s.%s" % (self.table, suffix))
 
     def run(self, args, data=None, check=True):
-        rc, out, err = self.module.run_command(args, data=data, environ_update={"LANG": "C", "LC_ALL": "C"})
-        if check and rc != 0:
-            self.module.fail_json(msg="%s failed (rc=%d): %s" % (" ".join(args), rc, err.strip() or out.strip()))
-        return rc, out, err
+        """check=False: the caller reads the exit status (a missing table, an inactive timer)."""
+        try:
+            return cmd.module_run(self.module, args, data=data, ok=(0,) if check else cmd.ANY_STATUS)
+        except cmd.CommandError as err:
+            self.module.fail_json(msg=str(err))
 
     def live(self):
         rc, out, dummy = self.run([self.nft, "list", "table", "inet", self.table], check=False)
@@ -165,10 +167,8 @@ class Firewall(object):
 
     def write(self, suffix, text):
         os.makedirs(self.dir, mode=0o700, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=self.dir, prefix=".%s." % self.table)
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
-        self.module.atomic_move(tmp, self.path(suffix))
+        # mode=None: like atomic_move, a replaced file keeps its mode and owner, a new one gets the umask's
+        files.write(self.path(suffix), text, mode=None)
 
     def timer_active(self):
         rc, dummy, dummy = self.run(["systemctl", "is-active", "--quiet", self.unit + ".timer"], check=False)

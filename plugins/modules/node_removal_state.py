@@ -111,6 +111,7 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import files
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import manifest as mf
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.lifecycle import removal as rm
 
@@ -161,7 +162,7 @@ def main():
                     (snap.get("pre_onboarding") or {}).get("recorded_at"):
                 changed = True
                 if not module.check_mode:
-                    os.replace(p["manifest_path"], os.path.join(st.folder, p["change_id"] + ".manifest.json"))
+                    files.move(p["manifest_path"], os.path.join(st.folder, p["change_id"] + ".manifest.json"))
         report = st.report()
     except (rm.RemovalError, mf.ManifestError, OSError) as err:
         module.fail_json(msg="removal state for %s (change %s): %s" % (p["node"], p["change_id"], err))

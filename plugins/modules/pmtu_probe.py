@@ -94,6 +94,7 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import cmd
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.preflight import probes as p
 
 
@@ -114,14 +115,16 @@ def main():
         module.fail_json(msg="pmtu_probe on %s: tracepath requested but not found (install iputils-tracepath)" % host)
 
     def run(argv):
-        return module.run_command([module.get_bin_path(argv[0])] + argv[1:],
-                                  environ_update={"LANG": "C", "LC_ALL": "C"})
+        # ping's status is the probe's answer (1: no reply): the probes read it
+        return cmd.module_run(module, [module.get_bin_path(argv[0])] + argv[1:], ok=cmd.ANY_STATUS)
 
     try:
         results = p.run_pmtu_probes(module.params["targets"], run, timeout=module.params["timeout"],
                                     use_tracepath=module.params["tracepath"])
     except p.ProbeError as exc:
         module.fail_json(msg="pmtu_probe on %s: bad input: %s" % (host, exc))
+    except cmd.CommandError as exc:
+        module.fail_json(msg="pmtu_probe on %s: %s" % (host, exc))
     rows = p.record_rows("pmtu", module.params["source_name"] or host, results)
     module.exit_json(changed=False, probe_results=results, record_rows=rows, host=host)
 

@@ -96,6 +96,7 @@ import json
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import cmd
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.onboard import cloud_firewall as pf
 
 
@@ -119,8 +120,8 @@ def main():
     def run(args, data=None):
         if args and args[0] == "nft":
             args = [nft_bin] + list(args[1:])
-        return module.run_command(args, data=data, binary_data=data is not None,
-                                  environ_update={"LANG": "C", "LC_ALL": "C"})
+        # nft exits 1 for every refusal (no such table, a bad ruleset): the provider reads it
+        return cmd.module_run(module, args, data=data, ok=(0, 1))
 
     fw = pf.LabNftProvider(run, p["management_sources"], table=p["table"], ssh_port=p["ssh_port"],
                            control_address=p["control_address"], state_dir=p["state_dir"])
@@ -133,7 +134,7 @@ def main():
             rules = pf.normalize_rules(p["rules"])
             changed = fw.apply(rules, check_mode=module.check_mode)
             after = rules
-    except pf.ProviderError as err:
+    except (pf.ProviderError, cmd.CommandError) as err:
         module.fail_json(msg="Provider firewall (%s, table %s): %s" % (p["provider"], p["table"], err))
     result = dict(changed=changed, rules=after or [], all_open_before=pf.all_open(before),
                   all_open=pf.all_open(after))

@@ -92,18 +92,16 @@ import os
 import pwd
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import cmd
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.parsers import node_state
-
-LANG_C = {"LANG": "C", "LC_ALL": "C"}
 
 
 def read_state(module):
     def run(argv, allowed=(0,)):
-        rc, out, err = module.run_command(argv, environ_update=LANG_C)
-        if rc not in allowed:
-            module.fail_json(msg="%s failed on %s (rc=%d): %s" % (" ".join(argv), os.uname().nodename, rc,
-                                                                  (err or out).strip()[-500:]))
-        return out
+        try:
+            return cmd.module_run(module, argv, ok=allowed).out
+        except cmd.CommandError as err:
+            module.fail_json(msg="standalone_state on %s: %s" % (os.uname().nodename, err))
 
     systemctl = module.get_bin_path("systemctl", required=True)
     nft = module.get_bin_path("nft", required=True)

@@ -17,9 +17,9 @@ __metaclass__ = type
 import datetime
 import os
 import shutil
-import subprocess
 import tempfile
 
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import cmd
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import schema as s
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.common.boundary import ACTIONS, ID_PATTERN
 
@@ -79,12 +79,12 @@ def allowed_signers_text(boundary, action=None):
 
 
 def _keygen(args, data=None, timeout=30):
+    """ssh-keygen under LANG=C; its Result, or cmd.CommandError naming its exit status and stderr."""
     exe = shutil.which("ssh-keygen")
     if not exe:
         raise ApprovalError(["ssh-keygen is not installed on the host running the check "
                              "(install openssh-client)"])
-    env = dict(os.environ, LANG="C", LC_ALL="C")
-    return subprocess.run([exe] + args, input=data, capture_output=True, timeout=timeout, env=env, check=False)
+    return cmd.run([exe] + args, data=data, timeout=timeout)
 
 
 def verify_signature(record_bytes, signature_text, signers_text):
@@ -107,18 +107,26 @@ def verify_signature(record_bytes, signature_text, signers_text):
             fh.write(signature_text if signature_text.endswith("\n") else signature_text + "\n")
         with open(signers, "w") as fh:
             fh.write(signers_text)
-        found = _keygen(["-Y", "find-principals", "-s", sig, "-f", signers, "-n", NAMESPACE])
-        principals = found.stdout.decode().split()
-        if found.returncode != 0 or not principals:
+        try:
+            principals = _keygen(["-Y", "find-principals", "-s", sig, "-f", signers, "-n", NAMESPACE]).out.split()
+        except cmd.CommandError as err:
+            if err.rc is None:
+                raise
+            principals = []
+        if not principals:
             raise ApprovalError(["signature: made by a key that is not an approver's key in the "
                                  "boundary (people[].ssh_keys of change_rights approvers), or under "
                                  "another namespace than %s" % NAMESPACE])
         for principal in principals:
-            res = _keygen(["-Y", "verify", "-f", signers, "-I", principal, "-n", NAMESPACE,
-                           "-s", sig], data=record_bytes)
-            if res.returncode == 0:
+            try:
+                _keygen(["-Y", "verify", "-f", signers, "-I", principal, "-n", NAMESPACE, "-s", sig],
+                        data=record_bytes)
                 return principal
-            if b"namespace does not match" in res.stderr:
+            except cmd.CommandError as err:
+                if err.rc is None:
+                    raise
+                stderr = err.err
+            if "namespace does not match" in stderr:
                 raise ApprovalError(["signature: made by %s under another namespace than %s "
                                      "(sign with -n %s)" % (principal, NAMESPACE, NAMESPACE)])
         raise ApprovalError(["signature: does not match the record (the record was changed after "
@@ -214,10 +222,12 @@ def sign_file(record_path, key_path, out_path=None):
     try:
         copy = os.path.join(tmp, "record")
         shutil.copyfile(record_path, copy)
-        res = _keygen(["-Y", "sign", "-f", key_path, "-n", NAMESPACE, copy])
-        if res.returncode != 0:
-            raise ApprovalError(["ssh-keygen -Y sign with %s failed: %s"
-                                 % (key_path, res.stderr.decode().strip())])
+        try:
+            _keygen(["-Y", "sign", "-f", key_path, "-n", NAMESPACE, copy])
+        except cmd.CommandError as err:
+            if err.rc is None:
+                raise
+            raise ApprovalError(["ssh-keygen -Y sign with %s failed: %s" % (key_path, err.err.strip())])
         shutil.copyfile(copy + ".sig", out_path)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -21,7 +21,8 @@ import copy
 import json
 import os
 import re
-import tempfile
+
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import files
 
 SCHEMA_VERSION = 1
 
@@ -210,16 +211,5 @@ def write(path, doc):
         pass
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".manifest-", dir=folder)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, 0o640)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    files.write(path, text, mode=0o640)
     return True

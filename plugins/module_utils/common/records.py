@@ -17,8 +17,8 @@ import html
 import json
 import os
 import re
-import shutil
-import tempfile
+
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.common.files import write_folder
 
 SCHEMA_VERSION = 1
 JSON_NAME = "preflight.json"
@@ -78,13 +78,6 @@ def build_record(wave, matrix, probes=None, direction=None, boundary_status=None
     return record
 
 
-def _fsync_write(path, text):
-    with open(path, "w", encoding="utf-8") as handle:
-        handle.write(text)
-        handle.flush()
-        os.fsync(handle.fileno())
-
-
 # Per-probe fields that are measurements of the moment (timings, RTTs, ephemeral source
 # ports in the evidence text): a rerun that only measured again is not a change.
 MEASURED = ("elapsed_ms", "evidence")
@@ -125,28 +118,7 @@ def write_records(base_dir, record, force=False, check_mode=False):
     json_text = json.dumps(record, sort_keys=True, indent=2, ensure_ascii=False) + "\n"
     html_text = render_html(record)
     os.makedirs(base_dir, exist_ok=True)  # several hosts may create it at once
-    tmp = tempfile.mkdtemp(prefix=".%s.tmp-" % record["wave"], dir=base_dir)
-    old = None
-    try:
-        _fsync_write(os.path.join(tmp, JSON_NAME), json_text)
-        _fsync_write(os.path.join(tmp, HTML_NAME), html_text)
-        os.chmod(tmp, 0o755)
-        if os.path.exists(target):
-            old = tempfile.mkdtemp(prefix=".%s.old-" % record["wave"], dir=base_dir)
-            os.rmdir(old)
-            os.rename(target, old)
-        try:
-            os.rename(tmp, target)
-        except OSError:
-            if old:
-                os.rename(old, target)
-                old = None
-            raise
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    if old:
-        shutil.rmtree(old, ignore_errors=True)
+    write_folder(target, {JSON_NAME: json_text, HTML_NAME: html_text}, mode=0o755)
     return {"changed": True, "path": target, "files": files}
 
 

@@ -17,10 +17,8 @@ from __future__ import annotations
 import ipaddress
 import json
 import os
-import re
-import tempfile
 
-from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import fwrule, nft
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import files, fwrule, nft
 
 PROTOCOLS = fwrule.PROTOCOLS
 
@@ -118,10 +116,7 @@ class LabNftProvider(ProviderFirewall):
 
     def _write(self, suffix, text):
         os.makedirs(self.state_dir, mode=0o750, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=self.state_dir, prefix=".tmp-")
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
-        os.replace(tmp, self._file(suffix))
+        files.write(self._file(suffix), text, mode=0o600)
 
     def render(self, rules):
         spec = {"table": self.table, "management_sources": self.management_sources,

@@ -5,15 +5,15 @@
 
 Layout under the records folder of a wave (``<records_dir>/<wave>/``, next to preflight's
 files): ``validate-<node>.json`` per node, ``wave.json`` and ``wave.html``. Files are written
-through a temporary file, fsync and rename (records.py's writer), and not rewritten when
+atomically (temporary file, fsync, rename: files.py), and not rewritten when
 nothing but the ``run`` block changed. The HTML reuses records.py's style and escaping.
 """
 from __future__ import annotations
 
 import json
 import os
-import tempfile
 
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import files
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import records
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.validate.validation import record_filename
 
@@ -37,19 +37,9 @@ def _unchanged(path, data):
 
 
 def atomic_write(path, text):
-    """Write through a temporary file in the same folder, fsync, rename."""
-    folder = os.path.dirname(path) or "."
-    os.makedirs(folder, exist_ok=True)  # every host of a batch writes its record at once
-    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", dir=folder)
-    os.close(fd)
-    try:
-        records._fsync_write(tmp, text)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    """Create the folder if needed, then write atomically (files.write), mode 0644."""
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)  # every host of a batch writes its record at once
+    files.write(path, text, mode=0o644)
 
 
 def _dump(data):

@@ -39,6 +39,7 @@ import yaml  # noqa: E402
 from lablib import config  # noqa: E402
 from linkproxy import LinkProxy  # noqa: E402
 
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.common.files import write as write_atomic  # noqa: E402
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import k8s  # noqa: E402
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import records  # noqa: E402
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow import backends as b  # noqa: E402
@@ -692,9 +693,7 @@ def write_report(outdir, report):
     os.makedirs(outdir, exist_ok=True)
     for name, text in (("drill.json", json.dumps(report, indent=2, sort_keys=True, default=str) + "\n"),
                        ("drill.html", render_html(report))):
-        tmp = os.path.join(outdir, "." + name + ".tmp")
-        records._fsync_write(tmp, text)
-        os.replace(tmp, os.path.join(outdir, name))
+        write_atomic(os.path.join(outdir, name), text)
     return [os.path.join(outdir, "drill.json"), os.path.join(outdir, "drill.html")]
 
 

@@ -4,6 +4,7 @@ import json
 import pytest
 
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import manifest as mf
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.lifecycle import node_checks as nc
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.lifecycle import removal as rm
 
 PRE = {"recorded_at": "2025-01-01T00:00:00Z", "active_units": ["chrony.service", "slurmd.service"],
@@ -104,7 +105,7 @@ def test_leftovers_read_every_package_in_one_call():
     p = rm.plan(doc())
     run = fake_node([], ["hybridgpu-node-agent iF  0.1.0-1"], [("inet", "hybridgpu")],
                     unit_loaded=("hybridgpu-node-agent.service",))
-    left = rm.node_leftovers(p, run=run, exists=lambda path: False, user_exists=lambda n: False,
+    left = nc.node_leftovers(p, run=run, exists=lambda path: False, user_exists=lambda n: False,
                              group_exists=lambda n: False, key_present=lambda k: False)
     # half-configured is still on the node; the table onboarding added is too
     assert left == ["unit hybridgpu-node-agent.service", "package hybridgpu-node-agent",
@@ -115,17 +116,17 @@ def test_leftovers_read_every_package_in_one_call():
 def test_leftovers_none_when_only_configuration_files_remain():
     p = rm.plan(doc())
     run = fake_node([], ["hybridgpu-node-agent rc  0.1.0-1"], [("inet", "site")])
-    assert rm.node_leftovers(p, run=run, exists=lambda path: False, user_exists=lambda n: False,
+    assert nc.node_leftovers(p, run=run, exists=lambda path: False, user_exists=lambda n: False,
                              group_exists=lambda n: False, key_present=lambda k: False) == []
 
 
 def test_health_counts_held_packages_and_names_what_is_missing():
     p = rm.plan(doc())
     healthy = fake_node(["chrony.service", "slurmd.service"], ["nccl-tests hi  2.13.11-1"], [("inet", "site")])
-    got = rm.health(p, run=healthy)
+    got = nc.health(p, run=healthy)
     assert got["ok"] and got["packages_changed_since_onboarding"] == [] and got["missing_units"] == []
     sick = fake_node(["chrony.service"], ["nccl-tests rc  2.13.11-1"], [], smi_rc=9)
-    got = rm.health(p, run=sick)
+    got = nc.health(p, run=sick)
     assert not got["ok"] and got["missing_units"] == ["slurmd.service"]
     assert got["packages_changed_since_onboarding"] == ["nccl-tests"]  # reported, not a problem
     assert [x.split(":")[0] for x in got["problems"]] == [
@@ -142,6 +143,6 @@ def test_leftovers_refuse_to_call_a_node_clean_when_a_tool_fails(broken):
         if argv[0] == broken:
             return 127, "", "%s: command not found" % broken
         return base(argv)
-    with pytest.raises(rm.NodeReadError, match=r"(?s)^%s .*failed \(rc=127\): %s: command not found" % (broken, broken)):
-        rm.node_leftovers(p, run=run, exists=lambda path: False, user_exists=lambda n: False,
+    with pytest.raises(nc.NodeReadError, match=r"(?s)^%s .*failed \(rc=127\): %s: command not found" % (broken, broken)):
+        nc.node_leftovers(p, run=run, exists=lambda path: False, user_exists=lambda n: False,
                           group_exists=lambda n: False, key_present=lambda k: False)

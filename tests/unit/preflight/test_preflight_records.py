@@ -6,6 +6,7 @@ import os
 import pytest
 
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import boundary as b
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import files
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.preflight import matrix as m
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import path_map as pt
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import records as r
@@ -90,15 +91,15 @@ def test_failure_mid_write_leaves_old_records(lab_file, tmp_path, monkeypatch, w
         raise OSError("disk full")
 
     if where == "html":
-        real = r._fsync_write
+        real = files.write
 
-        def half(path, text):
+        def half(path, text, mode=None):
             if path.endswith(r.HTML_NAME):
                 with open(path, "w") as handle:
                     handle.write(text[:10])
                 boom()
-            real(path, text)
-        monkeypatch.setattr(r, "_fsync_write", half)
+            real(path, text, mode)
+        monkeypatch.setattr(files, "write", half)
     else:
         real_rename = os.rename
 

@@ -1,0 +1,137 @@
+# -*- coding: utf-8 -*-
+# Copyright: hybridgpu.fleet contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Atomic writes: a reader sees the old content or the new, never a part, and a failed
+write leaves the old content and no temporary file behind.
+
+- ``write(path, data, mode)``: one file, text or bytes. A temporary file in the same
+  folder is written, flushed, fsynced and given its mode, then renamed over the target,
+  and the folder is fsynced so the rename survives a crash.
+- ``write_folder(path, files)``: a whole folder (a rename cannot replace a non-empty
+  folder, so the old one is moved aside first and put back if the new one does not land).
+- ``move(src, dst)``: a rename within one file system, both folders fsynced.
+
+The folder must exist; callers create it with the mode they need.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import os
+import shutil
+import stat
+import tempfile
+import uuid
+
+
+def sync_folder(folder):
+    """fsync a folder, so the renames and creations in it are on disk."""
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _remove(path):
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+def _open_temp(folder, name):
+    """A new file next to the target, created 0666 less the umask (what open() gives)."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
+    while True:
+        # the random part goes last, so a reader listing *.json never picks it up
+        tmp = os.path.join(folder, ".%s.%s" % (name, uuid.uuid4().hex[:12]))
+        try:
+            return os.open(tmp, flags, 0o666), tmp
+        except FileExistsError:
+            continue
+
+
+def _set_mode(fd, path, mode):
+    if mode is not None:
+        os.fchmod(fd, mode)
+        return
+    # like the file it replaces: its mode and, where allowed, its owner
+    try:
+        old = os.stat(path)
+    except FileNotFoundError:
+        return
+    os.fchmod(fd, stat.S_IMODE(old.st_mode))
+    try:
+        os.fchown(fd, old.st_uid, old.st_gid)
+    except PermissionError:
+        pass
+
+
+def write(path, data, mode=None):
+    """Replace ``path`` with ``data`` (text is written as UTF-8).
+
+    ``mode``: the file's permission bits; None keeps those (and the owner) of the file it
+    replaces, and gives a new file 0666 less the umask."""
+    if isinstance(data, str):
+        data = data.encode("utf-8")
+    folder = os.path.dirname(os.path.abspath(path))
+    fd, tmp = _open_temp(folder, os.path.basename(path))
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            fd = None
+            handle.write(data)
+            handle.flush()
+            _set_mode(handle.fileno(), path, mode)
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if fd is not None:
+            os.close(fd)
+        _remove(tmp)
+        raise
+    sync_folder(folder)
+
+
+def write_folder(path, files, mode=0o755):
+    """Replace the folder ``path`` with one holding exactly ``files`` ({name: text or bytes}).
+
+    The new folder is filled as a hidden sibling (``.<name>.tmp-*``) and renamed into place;
+    an existing folder is first renamed aside (``.<name>.old-*``) and removed once the new one
+    is in place, or renamed back when it does not land."""
+    base = os.path.dirname(os.path.abspath(path))
+    name = os.path.basename(path)
+    tmp = tempfile.mkdtemp(prefix=".%s.tmp-" % name, dir=base)
+    old = None
+    try:
+        for file_name, data in files.items():
+            write(os.path.join(tmp, file_name), data)
+        os.chmod(tmp, mode)
+        if os.path.exists(path):
+            old = tempfile.mkdtemp(prefix=".%s.old-" % name, dir=base)
+            os.rmdir(old)
+            os.rename(path, old)
+        try:
+            os.rename(tmp, path)
+        except OSError:
+            if old:
+                os.rename(old, path)
+                old = None
+            raise
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    sync_folder(base)
+    if old:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def move(src, dst):
+    """Rename ``src`` over ``dst`` (same file system) and fsync both folders."""
+    os.replace(src, dst)
+    dst_folder = os.path.dirname(os.path.abspath(dst))
+    src_folder = os.path.dirname(os.path.abspath(src))
+    sync_folder(dst_folder)
+    if src_folder != dst_folder:
+        sync_folder(src_folder)
