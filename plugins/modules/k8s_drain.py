@@ -167,14 +167,10 @@ def main():
                           force_delete=p["force_delete"], force_after=p["force_after"])
         if p["state"] == "drained":
             result = drainer.drain(check_mode=module.check_mode)
+        elif p["state"] == "cordoned":
+            result = dict(drainer.cordon(check_mode=module.check_mode), failed=False)
         else:
-            plan = drainer.plan()
-            want = p["state"] == "cordoned"
-            changed = plan["was_cordoned"] != want
-            if changed and not module.check_mode:
-                drainer.set_unschedulable(want)
-            result = {"node": p["name"], "was_cordoned": plan["was_cordoned"], "changed": changed,
-                      "failed": False}
+            result = dict(drainer.uncordon(check_mode=module.check_mode), failed=False)
     except K8sError as err:
         module.fail_api(err, "", "Node", p["name"])
     if result.pop("failed"):
