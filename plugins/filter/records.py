@@ -6,7 +6,9 @@
   {{ hgpu_records_dir | hybridgpu.fleet.records_dir }}                       -> hgpu_records_dir, else $PWD/records
   {{ hgpu_records_dir | hybridgpu.fleet.records_dir('manifests', 'a.json') }} -> <records>/manifests/a.json
 """
-from __future__ import annotations
+from __future__ import (absolute_import, division, print_function)
+
+__metaclass__ = type
 
 import os
 

@@ -13,7 +13,9 @@
   (kind, namespace/name), the context, then the call that failed with its HTTP status.
 """
 
-from __future__ import annotations
+from __future__ import (absolute_import, division, print_function)
+
+__metaclass__ = type
 
 from ansible.module_utils.basic import AnsibleModule, env_fallback, missing_required_lib
 
@@ -36,6 +38,7 @@ K8S_AUTH_ARG_SPEC = dict(
     request_timeout=dict(type="float", default=20.0),
     api_retries=dict(type="int", default=4),
 )
+
 
 def describe(kind=None, name=None, namespace=None):
     """'Secret kube-system/node-a-token', 'Node a', 'Pods in namespace x': the object as messages name it."""
