@@ -139,19 +139,13 @@ duration_s:
   type: float
 """
 
-from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.lifecycle.drain import Drainer
-from ansible_collections.hybridgpu.fleet.plugins.module_utils.common.k8s import (
-    HAS_K8S,
-    K8S_AUTH_ARG_SPEC,
-    K8sError,
-    Kube,
-)
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.common.k8s import K8sError
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.common.k8s_module import K8sModule
 
 
 def main():
-    spec = dict(K8S_AUTH_ARG_SPEC)
-    spec.update(
+    spec = dict(
         name=dict(type="str", required=True),
         state=dict(type="str", choices=["drained", "cordoned", "uncordoned"], default="drained"),
         timeout=dict(type="float", default=300.0),
@@ -161,30 +155,24 @@ def main():
         force_delete=dict(type="bool", default=False),
         force_after=dict(type="float", default=30.0),
     )
-    module = AnsibleModule(argument_spec=spec, supports_check_mode=True)
-    if not HAS_K8S:
-        module.fail_json(msg=missing_required_lib("kubernetes"))
+    module = K8sModule(argument_spec=spec, supports_check_mode=True)
     p = module.params
     params = dict(p)
     # No single request may run past the drain's own deadline.
     params["request_timeout"] = max(1.0, min(p["request_timeout"], p["timeout"]))
     try:
-        kube = Kube(params)
+        kube = module.client(params)
         drainer = Drainer(kube, p["name"], timeout=p["timeout"], retry_interval=p["retry_interval"],
                           parallel=p["parallel"], allow_unmanaged=p["allow_unmanaged"],
                           force_delete=p["force_delete"], force_after=p["force_after"])
         if p["state"] == "drained":
             result = drainer.drain(check_mode=module.check_mode)
+        elif p["state"] == "cordoned":
+            result = dict(drainer.cordon(check_mode=module.check_mode), failed=False)
         else:
-            plan = drainer.plan()
-            want = p["state"] == "cordoned"
-            changed = plan["was_cordoned"] != want
-            if changed and not module.check_mode:
-                drainer.set_unschedulable(want)
-            result = {"node": p["name"], "was_cordoned": plan["was_cordoned"], "changed": changed,
-                      "failed": False}
+            result = dict(drainer.uncordon(check_mode=module.check_mode), failed=False)
     except K8sError as err:
-        module.fail_json(msg="node %s (context %s): %s" % (p["name"], p.get("context"), err))
+        module.fail_api(err, "", "Node", p["name"])
     if result.pop("failed"):
         module.fail_json(**result)
     module.exit_json(**result)

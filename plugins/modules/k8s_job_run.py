@@ -172,20 +172,13 @@ manifest:
   type: dict
 """
 
-from ansible.module_utils.basic import AnsibleModule, missing_required_lib
-
-from ansible_collections.hybridgpu.fleet.plugins.module_utils.common.k8s import (
-    HAS_K8S,
-    K8S_AUTH_ARG_SPEC,
-    K8sError,
-    Kube,
-)
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.common.k8s import K8sError
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.common.k8s_module import K8sModule
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.validate.job_run import JobRun, job_manifest
 
 
 def main():
-    spec = dict(K8S_AUTH_ARG_SPEC)
-    spec.update(
+    spec = dict(
         name=dict(type="str", required=True),
         namespace=dict(type="str", default="default"),
         state=dict(type="str", choices=["run", "attach", "absent"], default="run"),
@@ -203,12 +196,10 @@ def main():
         cleanup=dict(type="bool", default=False),
         fail_on_error=dict(type="bool", default=True),
     )
-    module = AnsibleModule(argument_spec=spec, supports_check_mode=True,
-                           required_if=[("state", "run", ("image", "command"))])
-    if not HAS_K8S:
-        module.fail_json(msg=missing_required_lib("kubernetes"))
+    module = K8sModule(argument_spec=spec, supports_check_mode=True,
+                       required_if=[("state", "run", ("image", "command"))])
     p = module.params
-    where = "job %s/%s (context %s)" % (p["namespace"], p["name"], p["context"])
+    where = module.where("", "Job", p["name"], p["namespace"])
     if isinstance(p["env"], dict):
         p["env"] = [{"name": k, "value": p["env"][k]} for k in sorted(p["env"])]
     for env in p["env"] or []:
@@ -216,7 +207,7 @@ def main():
             module.fail_json(msg="%s: every env entry needs name and value, got %r" % (where, env))
     result = {"changed": False, "job": p["name"]}
     try:
-        kube = Kube(module.params)
+        kube = module.client()
         run = JobRun(kube, p["namespace"], p["name"])
         if p["state"] == "absent":
             exists = kube.get_job(p["namespace"], p["name"]) is not None
@@ -243,7 +234,7 @@ def main():
             run.delete()
             result["changed"] = True
     except K8sError as err:
-        module.fail_json(msg="%s: %s" % (where, err), **result)
+        module.fail_api(err, "", "Job", p["name"], p["namespace"], **result)
     if p["wait"] == "finished" and p["fail_on_error"]:
         if result.get("timed_out"):
             module.fail_json(msg="%s did not finish within %ss (pod %s on node %s, phase %s)" % (

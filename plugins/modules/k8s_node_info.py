@@ -88,30 +88,22 @@ server_version:
   sample: v1.30.4
 """
 
-from ansible.module_utils.basic import AnsibleModule, missing_required_lib
-
-from ansible_collections.hybridgpu.fleet.plugins.module_utils.common.k8s import (
-    HAS_K8S,
-    K8S_AUTH_ARG_SPEC,
-    K8sError,
-    Kube,
-    node_summary,
-)
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.common.k8s import K8sError, node_summary
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.common.k8s_module import K8sModule
 
 
 def main():
-    spec = dict(K8S_AUTH_ARG_SPEC)
-    spec.update(name=dict(type="str"), label_selector=dict(type="str"))
-    module = AnsibleModule(argument_spec=spec, supports_check_mode=True)
-    if not HAS_K8S:
-        module.fail_json(msg=missing_required_lib("kubernetes"))
+    module = K8sModule(argument_spec=dict(name=dict(type="str"), label_selector=dict(type="str")),
+                       supports_check_mode=True)
     try:
-        kube = Kube(module.params)
+        kube = module.client()
         field = "metadata.name=%s" % module.params["name"] if module.params["name"] else None
         nodes = kube.list_nodes(label_selector=module.params["label_selector"], field_selector=field)
         version = kube.server_version().get("gitVersion")
     except K8sError as err:
-        module.fail_json(msg="Cannot list Nodes (context %s): %s" % (module.params["context"], err))
+        if module.params["name"]:
+            module.fail_api(err, "Cannot read", "Node", module.params["name"])
+        module.fail_api(err, "Cannot list", "Nodes")
     result = sorted((node_summary(n) for n in nodes), key=lambda n: n["name"] or "")
     module.exit_json(changed=False, nodes=result, server_version=version)
 

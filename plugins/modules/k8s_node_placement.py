@@ -113,26 +113,19 @@ attempts:
   type: int
 """
 
-from ansible.module_utils.basic import AnsibleModule, missing_required_lib
-
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.onboard import placement
-from ansible_collections.hybridgpu.fleet.plugins.module_utils.common.k8s import (
-    HAS_K8S,
-    K8S_AUTH_ARG_SPEC,
-    K8sError,
-    Kube,
-)
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.common.k8s import K8sError
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.common.k8s_module import K8sModule
 
 
 def main():
-    spec = dict(K8S_AUTH_ARG_SPEC)
-    spec.update(
+    spec = dict(
         name=dict(type="str", required=True),
         labels=dict(type="dict", default={}),
         taints=dict(type="list", elements="dict", default=[]),
         managed_prefixes=dict(type="list", elements="str", default=list(placement.DEFAULT_PREFIXES)),
     )
-    module = AnsibleModule(argument_spec=spec, supports_check_mode=True)
+    module = K8sModule(argument_spec=spec, supports_check_mode=True)
     p = module.params
     name = p["name"]
     # Validate before talking to the API: bad input never causes a partial change.
@@ -140,16 +133,14 @@ def main():
         placement.normalize(p["labels"], p["taints"], p["managed_prefixes"])
     except placement.PlacementError as err:
         module.fail_json(msg="Refusing placement for Node %s: %s" % (name, err))
-    if not HAS_K8S:
-        module.fail_json(msg=missing_required_lib("kubernetes"))
     try:
-        kube = Kube(p)
+        kube = module.client()
         res = placement.ensure(kube, name, p["labels"], p["taints"], p["managed_prefixes"],
                                check_mode=module.check_mode)
     except placement.PlacementError as err:
         module.fail_json(msg="Placement for Node %s: %s" % (name, err))
     except K8sError as err:
-        module.fail_json(msg="Placement for Node %s (context %s): %s" % (name, p["context"], err))
+        module.fail_api(err, "Placement for", "Node", name)
     result = dict(changed=res["changed"], labels=res["after"]["labels"], taints=res["after"]["taints"],
                   set_labels=res["set_labels"], removed_labels=res["removed_labels"],
                   added_taints=res["added_taints"], removed_taints=res["removed_taints"],

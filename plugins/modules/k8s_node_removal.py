@@ -87,20 +87,13 @@ detail:
   type: str
 """
 
-from ansible.module_utils.basic import AnsibleModule, missing_required_lib
-
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.lifecycle import removal as rm
-from ansible_collections.hybridgpu.fleet.plugins.module_utils.common.k8s import (
-    HAS_K8S,
-    K8S_AUTH_ARG_SPEC,
-    K8sError,
-    Kube,
-)
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.common.k8s import K8sError
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.common.k8s_module import K8sModule
 
 
 def main():
-    spec = dict(K8S_AUTH_ARG_SPEC)
-    spec.update(
+    spec = dict(
         state=dict(type="str", required=True,
                    choices=["node_deleted", "secret_revoked", "token_refused", "placement_removed"]),
         name=dict(type="str", required=True),
@@ -111,27 +104,25 @@ def main():
         labels=dict(type="list", elements="str", default=[]),
         taints=dict(type="list", elements="dict", default=[]),
     )
-    module = AnsibleModule(
+    module = K8sModule(
         argument_spec=spec,
         required_if=[("state", "secret_revoked", ("token_file",)),
                      ("state", "token_refused", ("token_file", "server"))],
         supports_check_mode=True,
     )
-    if not HAS_K8S:
-        module.fail_json(msg=missing_required_lib("kubernetes"))
     p = module.params
     check = module.check_mode
     try:
         if p["state"] == "token_refused":
             def factory(token):
-                return Kube({"host": p["server"], "api_key": token, "ca_cert": p["server_ca"],
-                             "request_timeout": 10.0}, retries=0)
+                return module.client({"host": p["server"], "api_key": token, "ca_cert": p["server_ca"],
+                                      "request_timeout": 10.0}, retries=0)
             refused, detail = rm.token_refused(factory, p["token_file"], p["name"])
             if not refused:
                 module.fail_json(msg="the revoked token of %s is NOT refused by %s: %s"
                                  % (p["name"], p["server"], detail), detail=detail)
             module.exit_json(changed=False, detail=detail)
-        kube = Kube(p)
+        kube = module.client()
         if p["state"] == "node_deleted":
             changed = rm.delete_node(kube, p["name"], check)
             detail = "Node deleted" if changed else "Node already absent"
@@ -142,7 +133,7 @@ def main():
             changed = rm.strip_placement(kube, p["name"], p["labels"], p["taints"], check)
             detail = "labels/taints removed" if changed else "nothing to remove (or the Node is gone)"
     except (K8sError, rm.RemovalError, OSError) as err:
-        module.fail_json(msg="%s %s (context %s): %s" % (p["state"], p["name"], p["context"], err))
+        module.fail_api(err, p["state"], "Node", p["name"])
     module.exit_json(changed=changed, detail=detail)
 
 

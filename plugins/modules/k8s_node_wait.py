@@ -80,15 +80,8 @@ last_transition_time:
 
 import time
 
-from ansible.module_utils.basic import AnsibleModule, missing_required_lib
-
-from ansible_collections.hybridgpu.fleet.plugins.module_utils.common.k8s import (
-    HAS_K8S,
-    K8S_AUTH_ARG_SPEC,
-    K8sError,
-    Kube,
-    node_ready,
-)
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.common.k8s import K8sError, node_ready
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.common.k8s_module import K8sModule
 
 
 def _transition(node):
@@ -99,19 +92,16 @@ def _transition(node):
 
 
 def main():
-    spec = dict(K8S_AUTH_ARG_SPEC)
-    spec.update(name=dict(type="str", required=True),
+    spec = dict(name=dict(type="str", required=True),
                 ready=dict(type="list", elements="str", default=["True"]),
                 timeout=dict(type="float", default=60.0), poll=dict(type="float", default=0.5),
                 fail_on_timeout=dict(type="bool", default=False))
-    module = AnsibleModule(argument_spec=spec, supports_check_mode=True)
-    if not HAS_K8S:
-        module.fail_json(msg=missing_required_lib("kubernetes"))
+    module = K8sModule(argument_spec=spec, supports_check_mode=True)
     p = module.params
     start = time.time()
     status, node = None, None
     try:
-        kube = Kube(p, retries=1)
+        kube = module.client(retries=1)
         while True:
             node = kube.get_node(p["name"])
             status = node_ready(node) if node else "Absent"
@@ -121,7 +111,7 @@ def main():
                 break
             time.sleep(p["poll"])
     except K8sError as err:
-        module.fail_json(msg="Cannot read Node %s (context %s): %s" % (p["name"], p["context"], err))
+        module.fail_api(err, "Cannot read", "Node", p["name"])
     reached = status in p["ready"]
     result = dict(changed=False, reached=reached, status=status, started_at=start,
                   observed_at=time.time() if reached else None,

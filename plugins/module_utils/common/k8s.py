@@ -4,7 +4,7 @@
 """The one place that talks to Kubernetes.
 
 Every Kubernetes call of the collection goes through `Kube`: it builds a client from
-kubeconfig/context/host/token/CA options (the shared argument spec below), retries with
+kubeconfig/context/host/token/CA options (the shared connection options, AUTH_KEYS), retries with
 backoff on 429, 5xx and transport errors, and returns plain dicts decoded straight from
 the response body (no model objects: cheaper, and unknown fields survive).
 """
@@ -31,26 +31,10 @@ except ImportError as exc:  # pragma: no cover - reported by the module
     class ApiException(Exception):  # stands in so the except clauses stay valid
         pass
 
-try:
-    from ansible.module_utils.basic import env_fallback
-except ImportError:  # used outside Ansible (lab tools, benchmarks)
-    def env_fallback(*names):
-        raise LookupError(names)
-
-# Shared argument spec of every Kubernetes-facing module. Documented once in
-# plugins/doc_fragments/k8s_auth.py. Environment names follow kubernetes.core.
-K8S_AUTH_ARG_SPEC = dict(
-    kubeconfig=dict(type="path", fallback=(env_fallback, ["K8S_AUTH_KUBECONFIG"])),
-    context=dict(type="str", fallback=(env_fallback, ["K8S_AUTH_CONTEXT"])),
-    host=dict(type="str", fallback=(env_fallback, ["K8S_AUTH_HOST"])),
-    api_key=dict(type="str", no_log=True, fallback=(env_fallback, ["K8S_AUTH_API_KEY"])),
-    ca_cert=dict(type="path", aliases=["ssl_ca_cert"], fallback=(env_fallback, ["K8S_AUTH_SSL_CA_CERT"])),
-    validate_certs=dict(type="bool", default=True, aliases=["verify_ssl"]),
-    request_timeout=dict(type="float", default=20.0),
-    api_retries=dict(type="int", default=4),
-)
-
-AUTH_KEYS = tuple(K8S_AUTH_ARG_SPEC)
+# Names of the shared connection options. Their argument spec is K8S_AUTH_ARG_SPEC in
+# k8s_module.py, documented once in plugins/doc_fragments/k8s_auth.py.
+AUTH_KEYS = ("kubeconfig", "context", "host", "api_key", "ca_cert", "validate_certs", "request_timeout",
+             "api_retries")
 
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
 
@@ -194,6 +178,16 @@ class Kube(object):
             delay = min(self.max_backoff, max(delay, retry_after))
         self.sleep(delay * (0.5 + random.random() / 2))
 
+    def call_or_none(self, action, fn, *args, **kwargs):
+        """Like call(), but None when the object does not exist (HTTP 404): a read of something
+        absent, or a delete of something already gone."""
+        try:
+            return self.call(action, fn, *args, **kwargs)
+        except K8sError as err:
+            if err.not_found:
+                return None
+            raise
+
     # -- version -----------------------------------------------------------------------
     def server_version(self):
         return self.call("get server version", self.version_api.get_code)
@@ -205,12 +199,7 @@ class Kube(object):
 
     def get_node(self, name):
         """The Node as a dict, or None when it does not exist."""
-        try:
-            return self.call("get node %s" % name, self.core.read_node, name)
-        except K8sError as err:
-            if err.not_found:
-                return None
-            raise
+        return self.call_or_none("get node %s" % name, self.core.read_node, name)
 
     def patch_node(self, name, patch, patch_type="strategic"):
         return self.call("patch node %s" % name, self.core.patch_node, name, patch,
@@ -218,13 +207,7 @@ class Kube(object):
 
     def delete_node(self, name):
         """Delete a Node; returns False when it was already gone."""
-        try:
-            self.call("delete node %s" % name, self.core.delete_node, name)
-            return True
-        except K8sError as err:
-            if err.not_found:
-                return False
-            raise
+        return self.call_or_none("delete node %s" % name, self.core.delete_node, name) is not None
 
     # -- pods --------------------------------------------------------------------------
     def list_pods(self, namespace=None, label_selector=None, field_selector=None):
@@ -241,14 +224,8 @@ class Kube(object):
         kw = {}
         if grace_period_seconds is not None:
             kw["grace_period_seconds"] = grace_period_seconds
-        try:
-            self.call("delete pod %s/%s" % (namespace, name), self.core.delete_namespaced_pod,
-                      name, namespace, **kw)
-            return True
-        except K8sError as err:
-            if err.not_found:
-                return False
-            raise
+        return self.call_or_none("delete pod %s/%s" % (namespace, name), self.core.delete_namespaced_pod,
+                                 name, namespace, **kw) is not None
 
     def evict_pod(self, namespace, name):
         """Evict through the eviction API. Returns 'evicted', 'gone' or 'blocked' (429: a PDB)."""
@@ -279,13 +256,8 @@ class Kube(object):
                          self.batch.create_namespaced_job, namespace, body)
 
     def get_job(self, namespace, name):
-        try:
-            return self.call("get job %s/%s" % (namespace, name), self.batch.read_namespaced_job,
-                             name, namespace)
-        except K8sError as err:
-            if err.not_found:
-                return None
-            raise
+        return self.call_or_none("get job %s/%s" % (namespace, name), self.batch.read_namespaced_job,
+                                 name, namespace)
 
     def list_jobs(self, namespace=None, label_selector=None):
         kw = _selectors(label_selector, None)
@@ -299,14 +271,8 @@ class Kube(object):
                          name, namespace, patch, _content_type=PATCH_TYPES[patch_type])
 
     def delete_job(self, namespace, name, propagation="Background"):
-        try:
-            self.call("delete job %s/%s" % (namespace, name), self.batch.delete_namespaced_job,
-                      name, namespace, propagation_policy=propagation)
-            return True
-        except K8sError as err:
-            if err.not_found:
-                return False
-            raise
+        return self.call_or_none("delete job %s/%s" % (namespace, name), self.batch.delete_namespaced_job,
+                                 name, namespace, propagation_policy=propagation) is not None
 
     # -- namespaces and secrets --------------------------------------------------------
     def ensure_namespace(self, name):
@@ -320,27 +286,16 @@ class Kube(object):
             raise
 
     def get_secret(self, namespace, name):
-        try:
-            return self.call("get secret %s/%s" % (namespace, name), self.core.read_namespaced_secret,
-                             name, namespace)
-        except K8sError as err:
-            if err.not_found:
-                return None
-            raise
+        return self.call_or_none("get secret %s/%s" % (namespace, name), self.core.read_namespaced_secret,
+                                 name, namespace)
 
     def create_secret(self, namespace, body):
         return self.call("create secret %s/%s" % (namespace, body["metadata"]["name"]),
                          self.core.create_namespaced_secret, namespace, body)
 
     def delete_secret(self, namespace, name):
-        try:
-            self.call("delete secret %s/%s" % (namespace, name), self.core.delete_namespaced_secret,
-                      name, namespace)
-            return True
-        except K8sError as err:
-            if err.not_found:
-                return False
-            raise
+        return self.call_or_none("delete secret %s/%s" % (namespace, name), self.core.delete_namespaced_secret,
+                                 name, namespace) is not None
 
     def list_pdbs(self, namespace=None):
         if namespace:
@@ -366,11 +321,6 @@ def _selectors(label_selector, field_selector):
     return kw
 
 
-def auth_params(params):
-    """The shared auth options picked out of a module's params."""
-    return dict((k, params.get(k)) for k in AUTH_KEYS)
-
-
 def node_ready(node):
     """'True', 'False' or 'Unknown' from the Node's Ready condition ('Unknown' when absent)."""
     for cond in (node.get("status") or {}).get("conditions") or []:
@@ -391,15 +341,16 @@ def node_summary(node):
         "unschedulable": bool(spec.get("unschedulable")),
         "labels": meta.get("labels") or {},
         "taints": spec.get("taints") or [],
-        "gpu_capacity": _int((status.get("capacity") or {}).get("nvidia.com/gpu")),
-        "gpu_allocatable": _int((status.get("allocatable") or {}).get("nvidia.com/gpu")),
+        "gpu_capacity": to_int((status.get("capacity") or {}).get("nvidia.com/gpu")),
+        "gpu_allocatable": to_int((status.get("allocatable") or {}).get("nvidia.com/gpu")),
         "kubelet_version": info.get("kubeletVersion"),
         "os_image": info.get("osImage"),
         "kernel_version": info.get("kernelVersion"),
     }
 
 
-def _int(value):
+def to_int(value):
+    """An int from a quantity string such as a GPU count; 0 when absent or not a number."""
     try:
         return int(value)
     except (TypeError, ValueError):

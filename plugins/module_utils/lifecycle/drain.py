@@ -89,19 +89,21 @@ class Drainer(object):
     def set_unschedulable(self, value):
         self.kube.patch_node(self.node, {"spec": {"unschedulable": bool(value)}}, patch_type="merge")
 
-    def cordon(self):
-        plan = self.plan()
-        changed = not plan["was_cordoned"]
-        if changed:
-            self.set_unschedulable(True)
-        return changed
+    def cordon(self, check_mode=False):
+        """Mark the Node unschedulable. Reads the Node only (no pods); returns node,
+        was_cordoned and changed."""
+        return self._set_cordoned(True, check_mode)
 
-    def uncordon(self):
-        node = self.read_node()
-        changed = bool((node.get("spec") or {}).get("unschedulable"))
-        if changed:
-            self.set_unschedulable(False)
-        return changed
+    def uncordon(self, check_mode=False):
+        """Mark the Node schedulable again. Reads the Node only; returns like cordon()."""
+        return self._set_cordoned(False, check_mode)
+
+    def _set_cordoned(self, want, check_mode):
+        was = bool((self.read_node().get("spec") or {}).get("unschedulable"))
+        changed = was != want
+        if changed and not check_mode:
+            self.set_unschedulable(want)
+        return {"node": self.node, "was_cordoned": was, "changed": changed}
 
     def _evict_one(self, item, deadline, results, lock):
         ns, name = item["namespace"], item["name"]

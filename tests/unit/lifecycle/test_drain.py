@@ -208,3 +208,22 @@ def test_missing_node_is_an_error_not_a_silent_success(cluster):
     from ansible_collections.hybridgpu.fleet.plugins.module_utils.common.k8s import K8sError
     with pytest.raises(K8sError, match="does not exist"):
         Drainer(kube(cluster), "no-such-node").drain()
+
+
+def test_cordon_and_uncordon_read_the_node_only(cluster, node):
+    pod(cluster, node, "bystander")
+    k = kube(cluster)
+
+    def no_pods(*args, **kwargs):
+        raise AssertionError("cordon/uncordon listed pods")
+    k.list_pods = k.pods_on_node = no_pods
+    d = Drainer(k, node)
+    assert d.cordon(check_mode=True) == {"node": node, "was_cordoned": False, "changed": True}
+    assert not cluster["core"].read_node(node).spec.unschedulable
+    assert d.cordon() == {"node": node, "was_cordoned": False, "changed": True}
+    assert cluster["core"].read_node(node).spec.unschedulable
+    assert d.cordon() == {"node": node, "was_cordoned": True, "changed": False}
+    assert d.uncordon(check_mode=True)["changed"] is True
+    assert d.uncordon() == {"node": node, "was_cordoned": True, "changed": True}
+    assert not cluster["core"].read_node(node).spec.unschedulable
+    assert d.uncordon()["changed"] is False

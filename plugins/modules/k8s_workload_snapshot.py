@@ -6,7 +6,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 DOCUMENTATION = r"""
-module: workload_snapshot
+module: k8s_workload_snapshot
 short_description: Snapshot Pods and Jobs of a cluster, and compare with an earlier snapshot
 version_added: "0.1.0"
 description:
@@ -35,13 +35,13 @@ author:
 
 EXAMPLES = r"""
 - name: Workloads before the upgrade
-  hybridgpu.fleet.workload_snapshot:
+  hybridgpu.fleet.k8s_workload_snapshot:
     context: onprem
   delegate_to: localhost
   register: before
 
 - name: Were other nodes' jobs affected?
-  hybridgpu.fleet.workload_snapshot:
+  hybridgpu.fleet.k8s_workload_snapshot:
     context: onprem
     before: "{{ before.snapshot }}"
     exclude_nodes: [dh1-a100-02]
@@ -60,22 +60,20 @@ comparison:
   type: dict
 """
 
-from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.lifecycle import workloads
-from ansible_collections.hybridgpu.fleet.plugins.module_utils.common.k8s import HAS_K8S, K8S_AUTH_ARG_SPEC, K8sError, Kube
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.common.k8s import K8sError
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.common.k8s_module import K8sModule
 
 
 def main():
-    spec = dict(K8S_AUTH_ARG_SPEC)
-    spec.update(namespace=dict(type="str"), before=dict(type="dict"),
+    spec = dict(namespace=dict(type="str"), before=dict(type="dict"),
                 exclude_nodes=dict(type="list", elements="str", default=[]))
-    module = AnsibleModule(argument_spec=spec, supports_check_mode=True)
-    if not HAS_K8S:
-        module.fail_json(msg=missing_required_lib("kubernetes"))
+    module = K8sModule(argument_spec=spec, supports_check_mode=True)
     try:
-        snap = workloads.snapshot(Kube(module.params), module.params["namespace"])
+        kube = module.client()
+        snap = workloads.snapshot(kube, module.params["namespace"])
     except K8sError as err:
-        module.fail_json(msg="cannot list pods and jobs (context %s): %s" % (module.params["context"], err))
+        module.fail_api(err, "cannot list", "Pods and Jobs", namespace=module.params["namespace"])
     result = {"changed": False, "snapshot": snap}
     if module.params["before"] is not None:
         result["comparison"] = workloads.compare(module.params["before"], snap, module.params["exclude_nodes"])

@@ -6,7 +6,7 @@
 from __future__ import annotations
 
 DOCUMENTATION = r"""
-module: node_credential
+module: k8s_node_credential
 short_description: Create or revoke a node's cluster credential (a kube-system token Secret)
 version_added: "0.1.0"
 description:
@@ -64,7 +64,7 @@ author:
 
 EXAMPLES = r"""
 - name: Credential for the node agent
-  hybridgpu.fleet.node_credential:
+  hybridgpu.fleet.k8s_node_credential:
     kubeconfig: "{{ hgpu_lab_kubeconfig }}"
     context: onprem
     name: "{{ inventory_hostname }}"
@@ -76,7 +76,7 @@ EXAMPLES = r"""
   no_log: true
 
 - name: Revoke it (removal)
-  hybridgpu.fleet.node_credential:
+  hybridgpu.fleet.k8s_node_credential:
     context: onprem
     name: dh1-a100-01
     state: absent
@@ -108,14 +108,8 @@ import base64
 import json
 import time
 
-from ansible.module_utils.basic import AnsibleModule, missing_required_lib
-
-from ansible_collections.hybridgpu.fleet.plugins.module_utils.common.k8s import (
-    HAS_K8S,
-    K8S_AUTH_ARG_SPEC,
-    K8sError,
-    Kube,
-)
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.common.k8s import K8sError
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.common.k8s_module import K8sModule
 
 
 def secret_name(node):
@@ -150,8 +144,7 @@ def token_of(secret):
 
 
 def main():
-    spec = dict(K8S_AUTH_ARG_SPEC)
-    spec.update(
+    spec = dict(
         name=dict(type="str", required=True),
         state=dict(type="str", default="present", choices=["present", "absent"]),
         namespace=dict(type="str", default="kube-system"),
@@ -160,8 +153,8 @@ def main():
         node_ca_file=dict(type="path"),
         wait_timeout=dict(type="int", default=30),
     )
-    module = AnsibleModule(argument_spec=spec, supports_check_mode=True,
-                           required_if=[("state", "present", ["node_server", "node_ca_file"])])
+    module = K8sModule(argument_spec=spec, supports_check_mode=True,
+                       required_if=[("state", "present", ["node_server", "node_ca_file"])])
     p = module.params
     node, ns = p["name"], p["namespace"]
     name = secret_name(node)
@@ -174,10 +167,8 @@ def main():
         except OSError as err:
             module.fail_json(msg="Credential for node %s: cannot read node_ca_file %s: %s"
                              % (node, p["node_ca_file"], err))
-    if not HAS_K8S:
-        module.fail_json(msg=missing_required_lib("kubernetes"))
     try:
-        kube = Kube(p)
+        kube = module.client()
         current = kube.get_secret(ns, name)
         if p["state"] == "absent":
             result["changed"] = current is not None
@@ -201,8 +192,7 @@ def main():
             current = kube.get_secret(ns, name)
             token = token_of(current)
     except K8sError as err:
-        module.fail_json(msg="Credential for node %s (Secret %s/%s, context %s): %s"
-                         % (node, ns, name, p["context"], err))
+        module.fail_api(err, "Credential for node %s:" % node, "Secret", name, ns)
     if token is None:
         module.fail_json(msg="Credential for node %s: Secret %s/%s has no data.token after %ds; is the "
                          "token controller running?" % (node, ns, name, p["wait_timeout"]))
