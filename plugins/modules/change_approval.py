@@ -13,21 +13,63 @@ description:
   - Reads a change record (YAML with C(change_id), C(action), C(targets), C(window) with
     C(start) and C(end), C(requester), C(reason)) and its C(ssh-keygen -Y sign) signature made
     under the namespace C(hybridgpu.fleet-change).
-  - Verifies the signature with C(ssh-keygen -Y verify) against an allowed_signers file derived
-    from the access boundary (approvers in C(change_rights) with keys under C(people[].ssh_keys)).
-  - Checks that the signer may approve the record's action, that the action matches what the
-    playbook does, that the targets of this run are a subset of the approved hosts, that the
-    window is open, that the requester is not the approver when the boundary asks for four eyes,
-    and (when C(executor) is given) that the executor may perform the action.
+  - First verifies the access boundary itself, the trust root of every approver key in it. The
+    boundary file must carry a detached signature C(<boundary>.sig) made with C(ssh-keygen -Y sign)
+    under the namespace C(hybridgpu.fleet-boundary) over its exact bytes by its security owner,
+    whose key is pinned in C(hgpu_boundary_signers) (inventory group_vars) or in
+    C(/etc/hybridgpu/boundary_signers) (execution environment). The action plugin passes the pinned
+    signers; it refuses a run where C(hgpu_boundary_signers) comes from an extra var. The
+    boundary's declared status must be signed by the security owner and unexpired.
+  - Verifies the record's signature with C(ssh-keygen -Y verify) against an allowed_signers file
+    derived from the verified boundary (approvers in C(change_rights) with keys under
+    C(people[].ssh_keys)).
+  - Checks that the signer may approve the record's action, that the action and the playbook
+    match what this run does (one action per playbook), that the targets of this run are a subset
+    of the approved hosts, that a revocation names this member, that the window has a timezone, is
+    at most O(max_window_hours) long and is open, that the requester is not the approver when the
+    boundary asks for four eyes, and (when C(executor) is given) that the executor may perform
+    the action.
+  - Under AWX the executor is the AWX user who launched the job (C(awx_user_name), which AWX
+    injects), mapped to a person by C(people[].id) or C(people[].awx_user); a different
+    O(executor) is refused.
+  - The change id is recorded in the ledger C(<hgpu_records_dir>/approvals/<change_id>.json); a
+    later run with the same change id is refused unless it is the same run again (same
+    playbook, action, targets, member and executor), which resumes an interrupted run.
   - Fails with every missing piece named; run it before the first change of a playbook.
   - The record and signature may be files (CLI) or inline text (AWX extra vars). Nothing prompts.
 extends_documentation_fragment:
   - hybridgpu.fleet.attributes
 options:
   boundary:
-    description: Path of the access boundary YAML (see M(hybridgpu.fleet.access_boundary)).
+    description:
+      - Path of the access boundary YAML (see M(hybridgpu.fleet.access_boundary)); its signature
+        is read from the same path with C(.sig) appended.
     type: path
     required: true
+  boundary_signers:
+    description:
+      - Set by the action plugin from the pinned signers; a task may not set it.
+    type: str
+  playbook:
+    description: File name of the playbook this run is (e.g. C(remove.yml)); must be the record's C(playbook).
+    type: str
+    required: true
+  member:
+    description: The member a C(revoke_member) run revokes; must be the record's C(member).
+    type: str
+  ledger_dir:
+    description:
+      - Set by the action plugin to C(<hgpu_records_dir>/approvals); a task may not set it. The
+        change id is recorded there (used once).
+    type: path
+  max_window_hours:
+    description: The longest window a record may approve.
+    type: int
+    default: 24
+  awx_user:
+    description:
+      - Set by the action plugin from the AWX job's C(awx_user_name); a task may not set it.
+    type: str
   record_path:
     description: Path of the change record file.
     type: path
@@ -66,6 +108,9 @@ requirements:
 notes:
   - The signature covers exact bytes. Inline record text that lost only its final newline is
     accepted; any other change fails the signature.
+  - The pinned boundary signers come from C(/etc/hybridgpu/boundary_signers) when that file exists
+    (owned by root, not writable by group or others), else from the inventory variable
+    C(hgpu_boundary_signers); a value given as an extra var stops the run.
 author:
   - hybridgpu.fleet maintainers (@hybridgpu)
 """
@@ -76,6 +121,7 @@ EXAMPLES = r"""
     boundary: "{{ hgpu_boundary_path }}"
     record_path: "{{ hgpu_change_record }}"
     action: driver_upgrade
+    playbook: upgrade_rehearsal.yml
     targets: "{{ ansible_play_hosts }}"
     executor: ops-oncall
   delegate_to: localhost
@@ -88,6 +134,7 @@ EXAMPLES = r"""
     record_text: "{{ change_record }}"
     signature: "{{ change_signature }}"
     action: remove
+    playbook: remove.yml
     targets: [dh1-a100-02]
   delegate_to: localhost
   run_once: true
@@ -102,6 +149,7 @@ approval:
     approved: true
     change_id: CHG-2025-0042
     action: driver_upgrade
+    playbook: upgrade_rehearsal.yml
     approver: sec-owner
     requester: ops-oncall
     executor: ops-oncall
@@ -119,41 +167,15 @@ problems:
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import approval as ap
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import schema as s
-from ansible_collections.hybridgpu.fleet.plugins.module_utils.common.boundary import load_boundary
-
-
-def _read(path, what):
-    try:
-        with open(path, "r", encoding="utf-8") as fh:
-            return fh.read()
-    except (IOError, OSError) as exc:
-        raise ap.ApprovalError(["%s: cannot read %s: %s" % (what, path, exc.strerror or exc)])
 
 
 def run(params):
-    boundary = load_boundary(params["boundary"])
-    if params.get("record_path"):
-        text = _read(params["record_path"], "record")
-        name = params["record_path"]
-    else:
-        text = params["record_text"]
-        name = "record_text"
-    signature = params.get("signature")
-    if signature is None:
-        sig_path = params.get("signature_path") or (params.get("record_path") or "") + ".sig"
-        if params.get("record_path") or params.get("signature_path"):
-            try:
-                signature = _read(sig_path, "signature")
-            except ap.ApprovalError:
-                raise ap.ApprovalError(["unsigned: no signature file %s (an approver signs with "
-                                        "bin/hgpu-sign-change sign RECORD --key KEY)" % sig_path])
     now = None
     if params.get("now"):
         now = s.parse_timestamp(params["now"])
         if now is None:
             raise ap.ApprovalError(["now: %r is not an ISO 8601 time" % params["now"]])
-    return ap.check(boundary, text, signature or "", params["action"], params["targets"],
-                    now=now, executor=params.get("executor"), filename=name)
+    return ap.gate(params, now=now)
 
 
 def main():
@@ -168,13 +190,22 @@ def main():
             targets=dict(type="list", elements="str", required=True),
             executor=dict(type="str"),
             now=dict(type="str"),
+            boundary_signers=dict(type="str"),
+            playbook=dict(type="str", required=True),
+            member=dict(type="str"),
+            ledger_dir=dict(type="path"),
+            max_window_hours=dict(type="int", default=24),
+            awx_user=dict(type="str"),
         ),
         required_one_of=[("record_path", "record_text")],
         mutually_exclusive=[("record_path", "record_text"), ("signature_path", "signature")],
         supports_check_mode=True,
     )
+    params = dict(module.params)
+    if module.check_mode:
+        params["ledger_dir"] = None  # check mode leaves the ledger as it is
     try:
-        result = run(module.params)
+        result = run(params)
     except ap.ApprovalError as exc:
         module.fail_json(msg="%s. Nothing was changed." % exc, problems=exc.problems,
                          change_id=exc.change_id)

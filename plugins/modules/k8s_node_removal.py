@@ -52,6 +52,17 @@ options:
     type: list
     elements: dict
     default: []
+  removal_state:
+    description:
+      - The removal state written by M(hybridgpu.fleet.node_removal_state) after it verified the
+        signed change record. Required to change anything (V(node_deleted), V(secret_revoked),
+        V(placement_removed) outside check mode) - the state must be for this node, unfinished,
+        and its approved remove must name the node in an open window; a Secret must be one the
+        onboarding manifest recorded.
+    type: path
+  node:
+    description: The node being removed (V(secret_revoked)); defaults to O(name).
+    type: str
 attributes:
   check_mode:
     support: full
@@ -103,6 +114,8 @@ def main():
         server_ca=dict(type="path"),
         labels=dict(type="list", elements="str", default=[]),
         taints=dict(type="list", elements="dict", default=[]),
+        removal_state=dict(type="path"),
+        node=dict(type="str"),
     )
     module = K8sModule(
         argument_spec=spec,
@@ -122,6 +135,13 @@ def main():
                 module.fail_json(msg="the revoked token of %s is NOT refused by %s: %s"
                                  % (p["name"], p["server"], detail), detail=detail)
             module.exit_json(changed=False, detail=detail)
+        if not check:
+            node = p["node"] or p["name"]
+            secret = (p["namespace"], p["name"]) if p["state"] == "secret_revoked" else None
+            if not p["removal_state"]:
+                raise rm.RemovalError("refused: %s changes the cluster only under a verified removal "
+                                      "(removal_state, written by node_removal_state)" % p["state"])
+            rm.authorise(p["removal_state"], node, secret)
         kube = module.client()
         if p["state"] == "node_deleted":
             changed = rm.delete_node(kube, p["name"], check)

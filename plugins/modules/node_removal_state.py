@@ -18,6 +18,10 @@ description:
     starts a fresh one).
   - A removal of the same node under another change that has not finished stops V(start),
     naming that change and its progress.
+  - V(start) verifies the signed change record itself (the same check as
+    M(hybridgpu.fleet.change_approval), action C(remove)) against the boundary signed by the
+    pinned boundary signers, and keeps the verified approval in the state; no state, and so no
+    phase, exists without it. The change id is taken from the verified record.
 extends_documentation_fragment:
   - hybridgpu.fleet.attributes
 options:
@@ -30,9 +34,10 @@ options:
     type: str
     required: true
   change_id:
-    description: Change ID of the approved change record.
+    description:
+      - Change ID of the approved change record; required except with V(start), which takes it
+        from the verified record (when given it must match).
     type: str
-    required: true
   action:
     description: What to do.
     type: str
@@ -49,10 +54,38 @@ options:
     description: Facts of the finished phase.
     type: dict
     default: {}
-  approval:
-    description: The approval returned by M(hybridgpu.fleet.change_approval) (kept with V(start)).
-    type: dict
-    default: {}
+  boundary:
+    description: Access boundary (with C(<boundary>.sig)); needed by V(start).
+    type: path
+  record_path:
+    description: The change record file (V(start)); its signature is C(record_path) with C(.sig) appended.
+    type: path
+  record_text:
+    description: The change record as text, byte for byte as it was signed (V(start), AWX).
+    type: str
+  signature:
+    description: The record's armoured signature text (with O(record_text)).
+    type: str
+  executor:
+    description: Person id running the removal (outside AWX; under AWX the launching user).
+    type: str
+  targets:
+    description: Every host of this removal run; each must be in the record's targets.
+    type: list
+    elements: str
+  playbook:
+    description: The playbook of this run; must be the record's C(playbook).
+    type: str
+    default: remove.yml
+  boundary_signers:
+    description: Set by the action plugin from the pinned boundary signers; a task may not set it.
+    type: str
+  awx_user:
+    description: Set by the action plugin from the AWX job; a task may not set it.
+    type: str
+  ledger_dir:
+    description: Set by the action plugin (the used change ids ledger); a task may not set it.
+    type: path
   fail_unfinished:
     description: With V(report), fail (with the report as message) when the removal is not finished.
     type: bool
@@ -89,6 +122,10 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+approval:
+  description: The verified approval (as M(hybridgpu.fleet.change_approval) returns it).
+  returned: with start
+  type: dict
 plan:
   description: What each phase removes and restores (from the manifest snapshot).
   returned: with start
@@ -111,6 +148,7 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import approval as ap
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import files
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import manifest as mf
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.lifecycle import removal as rm
@@ -121,21 +159,44 @@ def main():
         argument_spec=dict(
             root=dict(type="path", required=True),
             node=dict(type="str", required=True),
-            change_id=dict(type="str", required=True),
+            change_id=dict(type="str"),
             action=dict(type="str", default="report", choices=["start", "done", "report", "finish"]),
             manifest_path=dict(type="path"),
             step=dict(type="str", choices=list(rm.STEPS)),
             details=dict(type="dict", default={}),
-            approval=dict(type="dict", default={}),
+            boundary=dict(type="path"),
+            record_path=dict(type="path"),
+            record_text=dict(type="str"),
+            signature=dict(type="str", no_log=False),
+            executor=dict(type="str"),
+            targets=dict(type="list", elements="str"),
+            playbook=dict(type="str", default="remove.yml"),
+            boundary_signers=dict(type="str"),
+            awx_user=dict(type="str"),
+            ledger_dir=dict(type="path"),
             fail_unfinished=dict(type="bool", default=False),
         ),
-        required_if=[("action", "start", ("manifest_path",)), ("action", "done", ("step",)),
-                     ("action", "finish", ("manifest_path",))],
+        required_if=[("action", "start", ("manifest_path", "boundary", "targets")),
+                     ("action", "start", ("record_path", "record_text"), True),
+                     ("action", "done", ("step", "change_id")), ("action", "report", ("change_id",)),
+                     ("action", "finish", ("manifest_path", "change_id"))],
+        mutually_exclusive=[("record_path", "record_text")],
         supports_check_mode=True,
     )
     p = module.params
     changed = False
     result = {}
+    if p["action"] == "start":
+        gate = dict(p, action="remove", ledger_dir=None if module.check_mode else p["ledger_dir"])
+        try:
+            approval = ap.gate(gate)
+        except ap.ApprovalError as exc:
+            module.fail_json(msg="%s. Nothing was changed." % exc, problems=exc.problems, change_id=exc.change_id)
+        if p["change_id"] and p["change_id"] != approval["change_id"]:
+            module.fail_json(msg="change_id %s is not the verified record's %s; nothing was changed"
+                             % (p["change_id"], approval["change_id"]))
+        p["change_id"] = approval["change_id"]
+        result["approval"] = approval
     try:
         st = rm.RemovalState(p["root"], p["node"], p["change_id"])
         if p["action"] == "start":
@@ -144,7 +205,7 @@ def main():
                 module.fail_json(msg="%s: a removal under %s is unfinished (done: %s); finish it with "
                                  "that change record first" % (p["node"], others[0]["change_id"],
                                                                ", ".join(others[0]["done"]) or "none"))
-            changed = st.start(mf.load(p["manifest_path"]), p["approval"], module.check_mode)
+            changed = st.start(mf.load(p["manifest_path"]), approval, module.check_mode)
             if st.doc is None:  # check mode on a new removal
                 st.doc = {"manifest": mf.load(p["manifest_path"]), "steps": {}, "change_id": p["change_id"]}
             result["plan"] = rm.plan(st.doc["manifest"])

@@ -2,36 +2,82 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Change approval: a YAML change record signed with ``ssh-keygen -Y sign``.
 
-The signature covers the exact bytes of the record. It is checked with ``ssh-keygen -Y
-verify`` against an allowed_signers file derived from the access boundary: every approver
-named in ``change_rights`` with keys under ``people[].ssh_keys``, principal = person id,
-restricted to this collection's namespace. Then the gate checks that the signer may approve
-the record's action, the targets, the window and four eyes.
+Trust starts at the pinned boundary signers (``hgpu_boundary_signers`` in the inventory's
+group_vars, or /etc/hybridgpu/boundary_signers in the execution environment; never an extra
+var): the access boundary file must carry a detached signature ``<boundary>.sig`` made by
+the security owner under ``hybridgpu.fleet-boundary`` over its exact bytes, and its declared
+status must be signed and unexpired (verify_boundary). Only then are the approvers' keys in
+it trusted.
 
-Approvers use it through ``bin/hgpu-sign-change`` (sign, verify, allowed-signers). Nothing prompts.
+The record's signature covers the exact bytes of the record. It is checked with ``ssh-keygen
+-Y verify`` against an allowed_signers file derived from the verified boundary: every
+approver named in ``change_rights`` with keys under ``people[].ssh_keys``, principal = person
+id, restricted to ``hybridgpu.fleet-change``. Then the gate checks that the signer may
+approve the record's action, that the record names this playbook, the targets (and for a
+revocation the member), the window (timezone given, at most MAX_WINDOW_HOURS long), four
+eyes, and that the change id was not used for another run (claim, a ledger under the
+records folder).
+
+Approvers use it through ``bin/hgpu-sign-change`` (sign, sign-boundary, verify,
+allowed-signers). Nothing prompts.
 """
 from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
 import datetime
+import json
 import os
 import shutil
 import tempfile
 
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import cmd
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import schema as s
-from ansible_collections.hybridgpu.fleet.plugins.module_utils.common.boundary import ACTIONS, ID_PATTERN
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.common.boundary import ACTIONS, ID_PATTERN, load_boundary_text
 
 NAMESPACE = "hybridgpu.fleet-change"
+# Namespace of the security owner's signature over the boundary file (<boundary>.sig).
+BOUNDARY_NAMESPACE = "hybridgpu.fleet-boundary"
+# The longest window a record may approve.
+MAX_WINDOW_HOURS = 24
+# The one action each destructive playbook performs; a record names its playbook.
+PLAYBOOK_ACTIONS = {
+    "remove.yml": "remove",
+    "revoke_member.yml": "revoke_member",
+    "upgrade_rehearsal.yml": "driver_upgrade",
+}
+
+
+def _aware_time(value):
+    """An ISO 8601 date-time with a timezone (Z or +HH:MM), as aware UTC; no date-only, no local time."""
+    if isinstance(value, datetime.datetime):
+        parsed = value
+    elif isinstance(value, str):
+        text = value.strip()
+        if text.endswith("Z"):
+            text = text[:-1] + "+00:00"
+        try:
+            parsed = datetime.datetime.fromisoformat(text)
+        except ValueError:
+            return value, "expected an ISO 8601 date-time, got %r" % (value,)
+    else:
+        return value, "expected an ISO 8601 date-time with a timezone, got %r" % (value,)
+    if parsed.tzinfo is None or parsed.utcoffset() is None:
+        return value, "%s has no timezone (write it as 2025-06-01T08:00:00Z or with +HH:MM)" % (value,)
+    return parsed.astimezone(datetime.timezone.utc), None
+
 
 RECORD_SPEC = s.Map({
     "change_id": s.Field(s.Str(r"^[A-Za-z0-9][A-Za-z0-9._-]*$", hint="a change id like CHG-2025-0042")),
     "action": s.Field(s.Enum(ACTIONS)),
+    # The playbook the record approves (its file name, e.g. remove.yml); any other refuses it.
+    "playbook": s.Field(s.Str(r"^[A-Za-z0-9_.-]+\.ya?ml$", hint="a playbook file name like remove.yml")),
     "targets": s.Field(s.ListOf(s.Str(), min_items=1, unique=True)),
+    # The member a revoke_member record revokes; required for that action.
+    "member": s.Field(s.Str(), required=False),
     "window": s.Field(s.Map({
-        "start": s.Field(s.Timestamp()),
-        "end": s.Field(s.Timestamp()),
+        "start": s.Field(s.Custom(_aware_time)),
+        "end": s.Field(s.Custom(_aware_time)),
     })),
     "requester": s.Field(s.Str(ID_PATTERN, hint="a person id")),
     "reason": s.Field(s.Str()),
@@ -63,6 +109,8 @@ def parse_record(text, filename="change record"):
         raise ApprovalError(exc.errors)
     if not errors and doc["window"]["end"] <= doc["window"]["start"]:
         errors.append("%s: window.end: is not after window.start" % filename)
+    if not errors and doc["action"] == "revoke_member" and not doc.get("member"):
+        errors.append("%s: member: is required for action revoke_member (the member it revokes)" % filename)
     if errors:
         cid = data.get("change_id") if isinstance(data, dict) else None
         raise ApprovalError(errors, cid)
@@ -87,6 +135,48 @@ def _keygen(args, data=None, timeout=30):
     return cmd.run([exe] + args, data=data, timeout=timeout)
 
 
+def _find_signer(data, signature_text, signers_text, namespace, what, thing):
+    """Return the principal whose key made ``signature_text`` over ``data`` under ``namespace``,
+    or None when no key in ``signers_text`` made it.
+
+    ``what`` and ``thing`` name the signature and the signed file in messages; raises
+    ApprovalError when a signer's signature does not verify."""
+    if "BEGIN SSH SIGNATURE" not in signature_text:
+        raise ApprovalError(["%s: not an SSH signature (expected -----BEGIN SSH SIGNATURE-----)" % what])
+    tmp = tempfile.mkdtemp(prefix="hgpu-approval-")
+    try:
+        sig = os.path.join(tmp, "signed.sig")
+        signers = os.path.join(tmp, "allowed_signers")
+        with open(sig, "w") as fh:
+            fh.write(signature_text if signature_text.endswith("\n") else signature_text + "\n")
+        with open(signers, "w") as fh:
+            fh.write(signers_text)
+        try:
+            principals = _keygen(["-Y", "find-principals", "-s", sig, "-f", signers, "-n", namespace]).out.split()
+        except cmd.CommandError as err:
+            if err.rc is None:
+                raise
+            principals = []
+        if not principals:
+            return None
+        for principal in principals:
+            try:
+                _keygen(["-Y", "verify", "-f", signers, "-I", principal, "-n", namespace, "-s", sig],
+                        data=data)
+                return principal
+            except cmd.CommandError as err:
+                if err.rc is None:
+                    raise
+                stderr = err.err
+            if "namespace does not match" in stderr:
+                raise ApprovalError(["%s: made by %s under another namespace than %s "
+                                     "(sign with -n %s)" % (what, principal, namespace, namespace)])
+        raise ApprovalError(["%s: does not match %s (%s was changed after %s signed it)"
+                             % (what, thing, thing, ", ".join(principals))])
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def verify_signature(record_bytes, signature_text, signers_text):
     """Return the person id whose key made ``signature_text`` over ``record_bytes``.
 
@@ -94,45 +184,61 @@ def verify_signature(record_bytes, signature_text, signers_text):
     if not signature_text or not signature_text.strip():
         raise ApprovalError(["unsigned: no signature was given (sign the record with "
                              "bin/hgpu-sign-change or `ssh-keygen -Y sign -n %s`)" % NAMESPACE])
-    if "BEGIN SSH SIGNATURE" not in signature_text:
-        raise ApprovalError(["signature: not an SSH signature (expected -----BEGIN SSH SIGNATURE-----)"])
     if not signers_text.strip():
         raise ApprovalError(["signature: the boundary names no approver with an SSH key "
                              "(people[].ssh_keys), so no signature can be trusted"])
-    tmp = tempfile.mkdtemp(prefix="hgpu-approval-")
+    principal = _find_signer(record_bytes, signature_text, signers_text, NAMESPACE, "signature", "the record")
+    if principal is None:
+        raise ApprovalError(["signature: made by a key that is not an approver's key in the "
+                             "boundary (people[].ssh_keys of change_rights approvers), or under "
+                             "another namespace than %s" % NAMESPACE])
+    return principal
+
+
+def verify_boundary(path, signers_text, now=None):
+    """Load the boundary at ``path`` only when its detached signature ``<path>.sig`` verifies.
+
+    ``signers_text`` is the pinned allowed_signers text of the boundary signers (principal =
+    the security owner's person id). The signature must cover the exact bytes of the file,
+    be made under BOUNDARY_NAMESPACE by the boundary's security owner, and the boundary's
+    declared status must be signed by that owner and unexpired. Returns the Boundary;
+    raises ApprovalError naming why it cannot be trusted."""
+    name = os.path.basename(path)
+    if not signers_text or not signers_text.strip():
+        raise ApprovalError(["boundary: no pinned boundary signer (set hgpu_boundary_signers in the "
+                             "inventory's group_vars or install /etc/hybridgpu/boundary_signers), so "
+                             "no boundary and no approver key can be trusted"])
     try:
-        sig = os.path.join(tmp, "record.sig")
-        signers = os.path.join(tmp, "allowed_signers")
-        with open(sig, "w") as fh:
-            fh.write(signature_text if signature_text.endswith("\n") else signature_text + "\n")
-        with open(signers, "w") as fh:
-            fh.write(signers_text)
-        try:
-            principals = _keygen(["-Y", "find-principals", "-s", sig, "-f", signers, "-n", NAMESPACE]).out.split()
-        except cmd.CommandError as err:
-            if err.rc is None:
-                raise
-            principals = []
-        if not principals:
-            raise ApprovalError(["signature: made by a key that is not an approver's key in the "
-                                 "boundary (people[].ssh_keys of change_rights approvers), or under "
-                                 "another namespace than %s" % NAMESPACE])
-        for principal in principals:
-            try:
-                _keygen(["-Y", "verify", "-f", signers, "-I", principal, "-n", NAMESPACE, "-s", sig],
-                        data=record_bytes)
-                return principal
-            except cmd.CommandError as err:
-                if err.rc is None:
-                    raise
-                stderr = err.err
-            if "namespace does not match" in stderr:
-                raise ApprovalError(["signature: made by %s under another namespace than %s "
-                                     "(sign with -n %s)" % (principal, NAMESPACE, NAMESPACE)])
-        raise ApprovalError(["signature: does not match the record (the record was changed after "
-                             "%s signed it)" % ", ".join(principals)])
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        with open(path, "rb") as fh:
+            data = fh.read()
+    except (IOError, OSError) as exc:
+        raise ApprovalError(["boundary: cannot read %s: %s" % (path, exc.strerror or exc)])
+    try:
+        with open(path + ".sig", "r", encoding="utf-8") as fh:
+            signature = fh.read()
+    except (IOError, OSError):
+        raise ApprovalError(["boundary: %s is unsigned: no signature file %s.sig (the security owner "
+                             "signs it with bin/hgpu-sign-change sign-boundary %s --key KEY)"
+                             % (name, name, name)])
+    principal = _find_signer(data, signature, signers_text, BOUNDARY_NAMESPACE, "boundary: %s.sig" % name,
+                             "the boundary")
+    if principal is None:
+        raise ApprovalError(["boundary: %s.sig was not made by a pinned boundary signer "
+                             "(hgpu_boundary_signers) under the namespace %s" % (name, BOUNDARY_NAMESPACE)])
+    try:
+        boundary = load_boundary_text(data.decode("utf-8"), name)
+    except (s.SchemaError, UnicodeDecodeError) as exc:
+        raise ApprovalError(["boundary: %s is invalid: %s" % (name, exc)])
+    problems = []
+    owner = boundary.doc["security_owner"]
+    if principal != owner:
+        problems.append("boundary: %s is signed by %s, not by its security owner %s" % (name, principal, owner))
+    status = boundary.status(now)
+    if status["status"] != "signed":
+        problems.append("boundary: %s is not in force: %s" % (name, "; ".join(status["reasons"])))
+    if problems:
+        raise ApprovalError(problems)
+    return boundary
 
 
 def _variants(text):
@@ -145,11 +251,13 @@ def _variants(text):
 
 
 def check(boundary, record_text, signature_text, action, targets, now=None, executor=None,
-          filename="change record"):
+          filename="change record", playbook=None, member=None, max_window_hours=MAX_WINDOW_HOURS):
     """Run every check; return the approval summary or raise ApprovalError listing all problems.
 
-    ``action`` and ``targets`` are what the playbook is about to do; ``executor`` (optional)
-    must be a performer of the action in the boundary."""
+    ``action``, ``targets``, ``playbook`` and ``member`` are what this run is about to do (a
+    record names its playbook, and for revoke_member its member; each must match). ``executor``
+    (optional) must be a performer of the action in the boundary. ``boundary`` must come
+    from verify_boundary: its approver keys are trusted as they are."""
     now = now or datetime.datetime.now(datetime.timezone.utc)
     if now.tzinfo is None:
         now = now.replace(tzinfo=datetime.timezone.utc)
@@ -169,6 +277,16 @@ def check(boundary, record_text, signature_text, action, targets, now=None, exec
         problems.extend(last.problems)
     if record["action"] != action:
         problems.append("action: the record approves %r, this run does %r" % (record["action"], action))
+    if playbook is not None:
+        run_playbook = os.path.basename(playbook)
+        if PLAYBOOK_ACTIONS.get(run_playbook, action) != action:
+            problems.append("playbook: %s performs %s, not %s" % (run_playbook, PLAYBOOK_ACTIONS[run_playbook], action))
+        if record["playbook"] != run_playbook:
+            problems.append("playbook: the record approves %s, this run is %s" % (record["playbook"], run_playbook))
+    if record.get("member") is not None or member is not None:
+        if record.get("member") != member:
+            problems.append("member: the record approves revoking %s, this run revokes %s"
+                            % (record.get("member") or "no member", member or "no member"))
     approvers = boundary.approvers_for(record["action"])
     if approver and approver not in approvers:
         problems.append("approver: %s may not approve %s (boundary change_rights.%s.approvers: %s)"
@@ -180,6 +298,9 @@ def check(boundary, record_text, signature_text, action, targets, now=None, exec
         problems.append("targets: %s not in the approved targets [%s]"
                         % (", ".join(extra), ", ".join(record["targets"])))
     start, end = record["window"]["start"], record["window"]["end"]
+    if max_window_hours and end - start > datetime.timedelta(hours=max_window_hours):
+        problems.append("window: %s to %s is longer than the %d h a record may approve"
+                        % (_iso(start), _iso(end), max_window_hours))
     if now < start:
         problems.append("window: opens at %s, it is now %s" % (_iso(start), _iso(now)))
     elif now >= end:
@@ -200,6 +321,8 @@ def check(boundary, record_text, signature_text, action, targets, now=None, exec
         "approved": True,
         "change_id": cid,
         "action": record["action"],
+        "playbook": record["playbook"],
+        "member": record.get("member"),
         "approver": approver,
         "requester": record["requester"],
         "executor": executor,
@@ -210,6 +333,119 @@ def check(boundary, record_text, signature_text, action, targets, now=None, exec
         "four_eyes": boundary.four_eyes(record["action"]),
         "checked_at": _iso(now),
     }
+
+
+def claim(folder, approval, now=None):
+    """Record the first use of ``approval['change_id']`` in the ledger ``folder``
+    (``<records>/approvals/<change_id>.json``).
+
+    A change id is used once: a later run with the same id is refused unless it is the same
+    run again (same playbook, action, targets, member and executor), which resumes or
+    re-checks an interrupted or finished run. Returns the ledger entry with ``resumed``."""
+    now = now or datetime.datetime.now(datetime.timezone.utc)
+    os.makedirs(folder, mode=0o700, exist_ok=True)
+    path = os.path.join(folder, "%s.json" % approval["change_id"])
+    entry = {
+        "change_id": approval["change_id"],
+        "playbook": approval["playbook"],
+        "action": approval["action"],
+        "targets": sorted(approval["targets"]),
+        "member": approval.get("member"),
+        "executor": approval.get("executor"),
+        "approver": approval.get("approver"),
+        "first_used_at": _iso(now),
+    }
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        try:
+            with open(path, "r", encoding="utf-8") as fh:
+                used = json.load(fh)
+        except (IOError, OSError, ValueError) as exc:
+            raise ApprovalError(["change_id: the ledger entry %s cannot be read (%s); the change id "
+                                 "counts as used" % (path, exc)], approval["change_id"])
+        keys = ("playbook", "action", "targets", "member", "executor")
+        differs = [k for k in keys if used.get(k) != entry[k]]
+        if differs:
+            raise ApprovalError(["change_id: %s was already used at %s by %s for %s on [%s]%s; a change "
+                                 "record is used once (this run differs in %s; ask for a new record)"
+                                 % (approval["change_id"], used.get("first_used_at"), used.get("executor"),
+                                    used.get("playbook"), ", ".join(used.get("targets") or []),
+                                    " member %s" % used["member"] if used.get("member") else "",
+                                    ", ".join(differs))], approval["change_id"])
+        used["resumed"] = True
+        return used
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        json.dump(entry, fh, indent=2, sort_keys=True)
+        fh.write("\n")
+    entry["resumed"] = False
+    return entry
+
+
+def resolve_executor(boundary, executor, awx_user):
+    """The person id of who runs the change.
+
+    Under AWX (``awx_user`` set from the user name AWX injects into the job) that is the person
+    whose id or ``awx_user`` is the AWX user; a different ``executor`` given by the launcher is
+    refused. Outside AWX the ``executor`` given on the command line is used."""
+    if not awx_user:
+        return executor
+    person = next((p["id"] for p in boundary.doc["people"]
+                   if p.get("awx_user") == awx_user or p["id"] == awx_user), None)
+    if person is None:
+        raise ApprovalError(["executor: the AWX user %s who launched this job is no person in the "
+                             "boundary (people[].id or people[].awx_user)" % awx_user])
+    if executor and executor != person:
+        raise ApprovalError(["executor: the job was launched by %s (AWX user %s), not by %s; the "
+                             "executor is the launching user" % (person, awx_user, executor)])
+    return person
+
+
+def gate(params, now=None):
+    """The full check the destructive modules run: verified boundary, record, ledger.
+
+    ``params``: boundary, boundary_signers, record_path | record_text, signature_path |
+    signature, action, targets, playbook, member, executor, awx_user, ledger_dir,
+    max_window_hours, require_executor (default true). Returns the approval summary (with
+    ``ledger`` when ledger_dir is set)."""
+    boundary = verify_boundary(params["boundary"], params.get("boundary_signers") or "", now)
+    if params.get("record_path"):
+        text = _read(params["record_path"], "record")
+        name = params["record_path"]
+    else:
+        text = params.get("record_text") or ""
+        name = "record_text"
+    signature = params.get("signature")
+    if signature is None:
+        sig_path = params.get("signature_path") or (params.get("record_path") or "") + ".sig"
+        if params.get("record_path") or params.get("signature_path"):
+            try:
+                signature = _read(sig_path, "signature")
+            except ApprovalError:
+                raise ApprovalError(["unsigned: no signature file %s (an approver signs with "
+                                     "bin/hgpu-sign-change sign RECORD --key KEY)" % sig_path])
+    executor = resolve_executor(boundary, params.get("executor"), params.get("awx_user"))
+    if not executor and params.get("require_executor", True):
+        raise ApprovalError(["executor: nobody is named as running the change (give the person id; "
+                             "under AWX it is the launching user)"])
+    max_hours = params.get("max_window_hours")
+    result = check(boundary, text, signature or "", params["action"], params["targets"], now=now,
+                   executor=executor, filename=name, playbook=params["playbook"],
+                   member=params.get("member"),
+                   max_window_hours=MAX_WINDOW_HOURS if max_hours is None else max_hours)
+    result["authenticated_by"] = "awx" if params.get("awx_user") else "command line"
+    result["boundary_signer"] = boundary.doc["security_owner"]
+    if params.get("ledger_dir"):
+        result["ledger"] = claim(params["ledger_dir"], result, now)
+    return result
+
+
+def _read(path, what):
+    try:
+        with open(path, "r", encoding="utf-8") as fh:
+            return fh.read()
+    except (IOError, OSError) as exc:
+        raise ApprovalError(["%s: cannot read %s: %s" % (what, path, exc.strerror or exc)])
 
 
 # --- CLI for approvers -----------------------------------------------------------------
@@ -232,3 +468,29 @@ def sign_file(record_path, key_path, out_path=None):
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return out_path
+
+
+def sign_boundary(boundary_path, key_path, out_path=None):
+    """The security owner signs the exact bytes of the boundary; returns ``<boundary>.sig``."""
+    with open(boundary_path, "r", encoding="utf-8") as fh:
+        load_boundary_text(fh.read(), os.path.basename(boundary_path))
+    out_path = out_path or boundary_path + ".sig"
+    tmp = tempfile.mkdtemp(prefix="hgpu-sign-")
+    try:
+        copy = os.path.join(tmp, "boundary")
+        shutil.copyfile(boundary_path, copy)
+        try:
+            _keygen(["-Y", "sign", "-f", key_path, "-n", BOUNDARY_NAMESPACE, copy])
+        except cmd.CommandError as err:
+            if err.rc is None:
+                raise
+            raise ApprovalError(["ssh-keygen -Y sign with %s failed: %s" % (key_path, err.err.strip())])
+        shutil.copyfile(copy + ".sig", out_path)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out_path
+
+
+def boundary_signers_line(person_id, public_key):
+    """The allowed_signers line that pins ``public_key`` as the boundary signer ``person_id``."""
+    return '%s namespaces="%s" %s\n' % (person_id, BOUNDARY_NAMESPACE, " ".join(public_key.split()[:3]))

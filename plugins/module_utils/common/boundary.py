@@ -26,7 +26,7 @@ SCHEMA_VERSION = 1
 # Actions the change process knows. Others are rejected so a misspelt action cannot
 # silently escape approval.
 ACTIONS = ("drain", "cordon", "uncordon", "reboot", "driver_upgrade", "remove", "label",
-           "join", "firmware_upgrade", "kubernetes_upgrade")
+           "join", "firmware_upgrade", "kubernetes_upgrade", "revoke_member")
 
 CREDENTIAL_KINDS = ("kubernetes", "ssh_key", "bmc", "service_token")
 
@@ -93,6 +93,9 @@ def _person():
         # (issue 5); the approval gate derives its allowed_signers file from these.
         "ssh_keys": s.Field(s.ListOf(s.Custom(_ssh_public_key), unique=True), required=False,
                             default=list),
+        # The person's AWX user name when it is not the person id; an AWX job's executor is
+        # the person whose AWX user launched it.
+        "awx_user": s.Field(s.Str(), required=False),
     })
 
 
@@ -171,8 +174,9 @@ SPEC = s.Map({
         "signer": s.Field(s.Str(ID_PATTERN, hint="a person id"), required=False),
         "signed_at": s.Field(s.Timestamp(), required=False),
         "expires": s.Field(s.Timestamp(), required=False),
-        # Reference to an `ssh-keygen -Y sign` signature; verified by the approval work
-        # (issue 5). Here it is only recorded.
+        # Where the detached `ssh-keygen -Y sign` signature lies; informational. The approval
+        # gate always reads <boundary>.sig and verifies it against the pinned boundary signers
+        # (approval.verify_boundary); this block is never trusted on its own.
         "ssh_signature": s.Field(s.Map({
             "file": s.Field(s.Str()),
             "namespace": s.Field(s.Str()),
@@ -280,7 +284,8 @@ class Boundary:
             "signer": sig.get("signer"),
             "signed_at": _iso(sig.get("signed_at")),
             "expires": _iso(sig.get("expires")),
-            # Only a declared signature today; issue 5 verifies ssh_signature for real.
+            # The declared status only; approval.verify_boundary checks <boundary>.sig against
+            # the pinned boundary signers before any approver key in the boundary is trusted.
             "verification": "ssh_signature_pending" if sig.get("ssh_signature") else "declared",
             "applies_to": {"nodes": sorted(self.doc["applies_to"]["nodes"]),
                            "groups": sorted(self.doc["applies_to"]["groups"])},

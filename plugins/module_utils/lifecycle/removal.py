@@ -244,6 +244,48 @@ def summary(report):
         ", ".join(report["done"]) or "none", ", ".join(report["pending"]) or "none", report["path"])
 
 
+def authorise(state_path, node, secret=None, now=None):
+    """Refuse an API change that no verified, open removal covers.
+
+    ``state_path`` is the removal state node_removal_state wrote after it verified the signed
+    change record; it must be for ``node``, unfinished, its approval must be a remove of
+    ``node`` whose window is still open, and a Secret (``secret``: namespace, name) must be one
+    the node's manifest recorded. Raises RemovalError naming what is missing."""
+    now = now or datetime.datetime.now(datetime.timezone.utc)
+    try:
+        with open(state_path, encoding="utf-8") as fh:
+            doc = json.load(fh)
+    except (OSError, ValueError) as err:
+        raise RemovalError("no verified removal state %s (%s): the API change is refused; start the "
+                           "removal with node_removal_state, which verifies the change record" % (state_path, err))
+    approval = doc.get("approval") or {}
+    problems = []
+    if doc.get("node") != node:
+        problems.append("the state is for %r, not %r" % (doc.get("node"), node))
+    if doc.get("finished_at"):
+        problems.append("the removal %s finished at %s" % (doc.get("change_id"), doc["finished_at"]))
+    if not approval.get("approved") or approval.get("action") != "remove" \
+            or approval.get("change_id") != doc.get("change_id"):
+        problems.append("the state holds no verified remove approval")
+    elif node not in (approval.get("targets") or []):
+        problems.append("%s is not a target of change %s" % (node, approval.get("change_id")))
+    end = (approval.get("window") or {}).get("end")
+    try:
+        closed = not end or datetime.datetime.strptime(end, "%Y-%m-%dT%H:%M:%SZ").replace(
+            tzinfo=datetime.timezone.utc) <= now
+    except ValueError:
+        closed = True
+    if closed:
+        problems.append("the change window closed at %s" % (end or "an unknown time"))
+    if secret is not None and not problems:
+        known = [(s["namespace"], s["name"]) for s in plan(doc.get("manifest") or {})["secrets"]]
+        if tuple(secret) not in known:
+            problems.append("Secret %s/%s is not one the onboarding manifest recorded" % tuple(secret))
+    if problems:
+        raise RemovalError("refused: %s (state %s)" % ("; ".join(problems), state_path))
+    return doc
+
+
 # -- API ---------------------------------------------------------------------------------
 
 def delete_node(kube, name, check_mode=False):

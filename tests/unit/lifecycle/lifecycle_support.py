@@ -14,6 +14,11 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.a
 LAB_BOUNDARY = os.path.join(REPO, "inventories", "lab", "preflight", "boundary.yml")
 SIGN = os.path.join(REPO, "bin", "hgpu-sign-change")
 PEOPLE = ("sec-owner", "ops-lead", "ops-oncall", "provider-sre")
+# The playbook each action's record names (approval.PLAYBOOK_ACTIONS, reversed).
+PLAYBOOKS = {"remove": "remove.yml", "revoke_member": "revoke_member.yml", "driver_upgrade": "upgrade_rehearsal.yml"}
+# Where the lab keeps the security owner's boundary-signing key and the pinned signers
+# (inventories/lab/group_vars/all.yml reads <lab dir>/approvers/boundary_signers).
+LAB_APPROVERS = os.path.join(os.path.abspath(os.environ.get("HGPU_LAB_DIR", os.path.join(REPO, ".lab"))), "approvers")
 
 
 def keygen(path, comment):
@@ -24,10 +29,42 @@ def keygen(path, comment):
         return fh.read().strip()
 
 
-def make_approvers(directory, people=PEOPLE, boundary_src=LAB_BOUNDARY):
-    """Generate a key per person and write boundary.yml naming the public keys.
+def boundary_signer(directory):
+    """The security owner's boundary-signing key in ``directory`` (made once) and the pinned
+    allowed_signers file naming it: (private key path, signers path)."""
+    os.makedirs(directory, exist_ok=True)
+    key = os.path.join(directory, "boundary-signer")
+    pub = keygen(key, "sec-owner boundary signer")
+    signers = os.path.join(directory, "boundary_signers")
+    line = 'sec-owner namespaces="hybridgpu.fleet-boundary" %s\n' % pub
+    if not os.path.exists(signers) or open(signers).read() != line:
+        with open(signers, "w") as fh:
+            fh.write(line)
+    return key, signers
 
-    Returns {"boundary": path, "keys": {person: private key path}}."""
+
+def lab_boundary_signer():
+    """The lab's pinned boundary signer (under .lab/approvers), as a site's security owner has one."""
+    return boundary_signer(LAB_APPROVERS)
+
+
+def sign_boundary(path, key):
+    """Sign the boundary as its security owner does: `ssh-keygen -Y sign -n
+    hybridgpu.fleet-boundary` over the file's exact bytes, the signature in PATH.sig (what
+    `bin/hgpu-sign-change sign-boundary` runs)."""
+    if os.path.exists(path + ".sig"):
+        os.unlink(path + ".sig")
+    subprocess.run(["ssh-keygen", "-Y", "sign", "-f", key, "-n", "hybridgpu.fleet-boundary", path],
+                   check=True, capture_output=True, text=True)
+    return path + ".sig"
+
+
+def make_approvers(directory, people=PEOPLE, boundary_src=LAB_BOUNDARY, signer=None):
+    """Generate a key per person, write boundary.yml naming the public keys and sign it with
+    the boundary signer (``signer``: (key, signers file); a new one in ``directory`` when None).
+
+    Returns {"boundary": path, "keys": {person: private key path}, "signers": pinned
+    allowed_signers text, "signers_file": its path, "boundary_key": the signing key}."""
     os.makedirs(directory, exist_ok=True)
     with open(boundary_src) as fh:
         doc = yaml.safe_load(fh)
@@ -40,7 +77,12 @@ def make_approvers(directory, people=PEOPLE, boundary_src=LAB_BOUNDARY):
     path = os.path.join(directory, "boundary.yml")
     with open(path, "w") as fh:
         yaml.safe_dump(doc, fh, sort_keys=False)
-    return {"boundary": path, "keys": keys, "dir": directory}
+    bkey, signers = signer or boundary_signer(directory)
+    sign_boundary(path, bkey)
+    with open(signers) as fh:
+        signers_text = fh.read()
+    return {"boundary": path, "keys": keys, "dir": directory, "signers": signers_text,
+            "signers_file": signers, "boundary_key": bkey}
 
 
 def iso(dt):
@@ -48,14 +90,19 @@ def iso(dt):
 
 
 def record_text(change_id="CHG-TEST-1", action="driver_upgrade", targets=("owned-a100-2",),
-                requester="ops-oncall", start=None, end=None, reason="rehearsal"):
+                requester="ops-oncall", start=None, end=None, reason="rehearsal", playbook=None,
+                member=None):
     now = datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0)
     start = start or now - datetime.timedelta(minutes=5)
     end = end or now + datetime.timedelta(hours=2)
-    return yaml.safe_dump({
-        "change_id": change_id, "action": action, "targets": list(targets),
-        "window": {"start": iso(start), "end": iso(end)},
-        "requester": requester, "reason": reason}, sort_keys=False)
+    doc = {"change_id": change_id, "action": action,
+           "playbook": playbook or PLAYBOOKS.get(action, "%s.yml" % action), "targets": list(targets)}
+    if member is not None:
+        doc["member"] = member
+    doc.update({"window": {"start": start if isinstance(start, str) else iso(start),
+                           "end": end if isinstance(end, str) else iso(end)},
+                "requester": requester, "reason": reason})
+    return yaml.safe_dump(doc, sort_keys=False)
 
 
 def write_record(directory, name, text, signer_key=None):

@@ -2,16 +2,20 @@
 import datetime
 import json
 import os
+import shutil
 import subprocess
 import sys
 
 import pytest
+import yaml
+from ansible.errors import AnsibleActionFail
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import lifecycle_support as ls  # noqa: E402
 
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import approval as ap  # noqa: E402
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.common.boundary import load_boundary  # noqa: E402
+from ansible_collections.hybridgpu.fleet.plugins.modules import change_approval  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -150,10 +154,239 @@ def test_bad_record_fields_are_named(boundary):
 
 def test_cli_sign_and_verify(people, tmp_path):
     path = ls.write_record(str(tmp_path), "chg.yml", ls.record_text(), people["keys"]["sec-owner"])
-    res = subprocess.run([sys.executable, ls.SIGN, "verify", path, "--boundary", people["boundary"],
+    res = subprocess.run([sys.executable, ls.SIGN, "verify", path, "--boundary", people["boundary"], "--signers", people["signers_file"],
                           "--executor", "ops-oncall"], capture_output=True, text=True, check=False)
     assert res.returncode == 0, res.stderr
     assert json.loads(res.stdout)["approver"] == "sec-owner"
-    res = subprocess.run([sys.executable, ls.SIGN, "verify", path, "--boundary", people["boundary"],
+    res = subprocess.run([sys.executable, ls.SIGN, "verify", path, "--boundary", people["boundary"], "--signers", people["signers_file"],
                           "--target", "owned-l40s-1"], capture_output=True, text=True, check=False)
     assert res.returncode == 1 and "owned-l40s-1 not in the approved targets" in res.stderr
+
+
+# --- the boundary is the trust root: signed by the pinned security owner key --------------
+def gate_params(people, record, boundary=None, **kw):
+    params = {"boundary": boundary or people["boundary"], "boundary_signers": people["signers"],
+              "record_path": record, "action": "remove", "targets": ["owned-a100-2"],
+              "playbook": "remove.yml", "executor": "ops-lead"}
+    params.update(kw)
+    return params
+
+
+def remove_record(people, tmp_path, signer="sec-owner", name="chg.yml", **kw):
+    args = dict(action="remove", requester="ops-lead", change_id="CHG-RM-1")
+    args.update(kw)
+    return ls.write_record(str(tmp_path), name, ls.record_text(**args), people["keys"][signer])
+
+
+def forged_boundary(people, tmp_path, sign_with=None):
+    """The attack: a copy of the boundary naming the attacker's key as a remove approver,
+    declared `signed: true`; signed by ``sign_with`` (a key path) or not at all."""
+    doc = yaml.safe_load(open(people["boundary"]))
+    pub = ls.keygen(str(tmp_path / "key-mallory"), "mallory")
+    doc["people"].append({"id": "mallory", "ssh_keys": [pub]})
+    doc["change_rights"]["remove"]["approvers"].append("mallory")
+    doc["signature"]["signed"] = True
+    path = str(tmp_path / "boundary.yml")
+    with open(path, "w") as fh:
+        yaml.safe_dump(doc, fh, sort_keys=False)
+    if sign_with:
+        ls.sign_boundary(path, sign_with)
+    people = dict(people, keys=dict(people["keys"], mallory=str(tmp_path / "key-mallory")))
+    return path, people
+
+
+def test_valid_record_passes_the_full_gate(people, tmp_path):
+    record = remove_record(people, tmp_path)
+    res = change_approval.run(gate_params(people, record))
+    assert res["approved"] and res["approver"] == "sec-owner" and res["boundary_signer"] == "sec-owner"
+    assert res["playbook"] == "remove.yml"
+
+
+@pytest.mark.parametrize("how", ["unsigned", "own_key", "copied_sig"])
+def test_edited_boundary_cannot_approve_its_editor(people, tmp_path, how):
+    own = str(tmp_path / "key-mallory-boundary")
+    ls.keygen(own, "mallory")
+    path, forged = forged_boundary(people, tmp_path, sign_with=own if how == "own_key" else None)
+    if how == "copied_sig":  # the real boundary's signature next to the edited file
+        shutil.copyfile(people["boundary"] + ".sig", path + ".sig")
+    record = remove_record(forged, tmp_path, signer="mallory")
+    with pytest.raises(ap.ApprovalError) as err:
+        change_approval.run(gate_params(forged, record, boundary=path))
+    expect = {"unsigned": "boundary: boundary.yml is unsigned: no signature file boundary.yml.sig",
+              "own_key": "not made by a pinned boundary signer",
+              "copied_sig": "does not match the boundary (the boundary was changed after sec-owner signed it)"}[how]
+    assert expect in problems(err)
+
+
+def test_boundary_status_is_checked_after_its_signature(people, tmp_path):
+    doc = yaml.safe_load(open(people["boundary"]))
+    doc["signature"]["expires"] = "2025-02-01T00:00:00Z"
+    path = str(tmp_path / "boundary.yml")
+    with open(path, "w") as fh:
+        yaml.safe_dump(doc, fh, sort_keys=False)
+    ls.sign_boundary(path, people["boundary_key"])
+    record = remove_record(people, tmp_path)
+    with pytest.raises(ap.ApprovalError) as err:
+        change_approval.run(gate_params(people, record, boundary=path))
+    assert "boundary: boundary.yml is not in force: expired on 2025-02-01T00:00:00Z" in problems(err)
+    doc["signature"]["signed"] = False
+    with open(path, "w") as fh:
+        yaml.safe_dump(doc, fh, sort_keys=False)
+    ls.sign_boundary(path, people["boundary_key"])
+    with pytest.raises(ap.ApprovalError) as err:
+        change_approval.run(gate_params(people, record, boundary=path))
+    assert "not in force: not signed" in problems(err)
+
+
+def test_no_pinned_signer_trusts_nothing(people, tmp_path):
+    record = remove_record(people, tmp_path)
+    with pytest.raises(ap.ApprovalError) as err:
+        change_approval.run(gate_params(people, record, boundary_signers=""))
+    assert "no pinned boundary signer" in problems(err)
+
+
+def test_pinned_signers_are_never_an_extra_var(monkeypatch):
+    from ansible_collections.hybridgpu.fleet.plugins.plugin_utils import pinned
+    templar = type("T", (), {"template": staticmethod(lambda v: v.replace("{{ x }}", "X"))})()
+    monkeypatch.setattr(pinned, "load_extra_vars", lambda loader: {"hgpu_boundary_signers": "evil"})
+    with pytest.raises(AnsibleActionFail) as err:
+        pinned.boundary_signers(None, templar, {"hgpu_boundary_signers": "evil"}, pinned_file="/nonexistent")
+    assert "hgpu_boundary_signers given as an extra var" in str(err.value)
+    # nor through a variable the inventory's template refers to (the lab's lookup path)
+    monkeypatch.setattr(pinned, "load_extra_vars", lambda loader: {"hgpu_lab_dir": "/tmp/evil"})
+    task_vars = {"hgpu_boundary_signers": "{{ lookup('file', hgpu_lab_dir ~ '/approvers/s') }}",
+                 "hgpu_lab_dir": "/tmp/evil"}
+    with pytest.raises(AnsibleActionFail) as err:
+        pinned.boundary_signers(None, templar, task_vars, pinned_file="/nonexistent")
+    assert "hgpu_lab_dir given as an extra var" in str(err.value)
+    # the ledger folder neither
+    monkeypatch.setattr(pinned, "load_extra_vars", lambda loader: {"hgpu_records_dir": "/tmp/empty"})
+    with pytest.raises(AnsibleActionFail):
+        pinned.ledger_dir(None, templar, {"hgpu_records_dir": "/tmp/empty"})
+    monkeypatch.setattr(pinned, "load_extra_vars", lambda loader: {})
+    assert pinned.boundary_signers(None, templar, {"hgpu_boundary_signers": "a {{ x }}"},
+                                   pinned_file="/nonexistent")[0] == "a X"
+
+
+def test_cli_signs_and_verifies_a_boundary(people, tmp_path):
+    path = str(tmp_path / "boundary.yml")
+    shutil.copyfile(people["boundary"], path)
+    res = subprocess.run([sys.executable, ls.SIGN, "sign-boundary", path, "--key", people["boundary_key"]],
+                         capture_output=True, text=True, check=False)
+    assert res.returncode == 0 and res.stdout.strip() == path + ".sig", res.stderr
+    res = subprocess.run([sys.executable, ls.SIGN, "verify-boundary", path, "--signers", people["signers_file"]],
+                         capture_output=True, text=True, check=False)
+    assert res.returncode == 0 and json.loads(res.stdout)["status"] == "signed", res.stderr
+    with open(path, "a") as fh:
+        fh.write("# edited\n")
+    res = subprocess.run([sys.executable, ls.SIGN, "verify-boundary", path, "--signers", people["signers_file"]],
+                         capture_output=True, text=True, check=False)
+    assert res.returncode == 1 and "the boundary was changed after sec-owner signed it" in res.stderr
+
+
+# --- one action per playbook: the record names the playbook, the targets and the member ---
+def test_revocation_record_does_not_pass_the_removal_gate(people, tmp_path):
+    record = remove_record(people, tmp_path, action="revoke_member", member="test-member")
+    with pytest.raises(ap.ApprovalError) as err:
+        change_approval.run(gate_params(people, record))
+    msg = problems(err)
+    assert "the record approves 'revoke_member', this run does 'remove'" in msg
+    assert "playbook: the record approves revoke_member.yml, this run is remove.yml" in msg
+
+
+def test_removal_record_does_not_pass_the_revocation_gate(people, tmp_path):
+    record = remove_record(people, tmp_path)
+    with pytest.raises(ap.ApprovalError) as err:
+        change_approval.run(gate_params(people, record, action="revoke_member", playbook="revoke_member.yml",
+                                        member="test-member"))
+    msg = problems(err)
+    assert "the record approves 'remove', this run does 'revoke_member'" in msg
+    assert "member: the record approves revoking no member, this run revokes test-member" in msg
+
+
+def test_revocation_names_its_member(people, tmp_path):
+    record = remove_record(people, tmp_path, action="revoke_member", member="test-member")
+    params = gate_params(people, record, action="revoke_member", playbook="revoke_member.yml")
+    assert change_approval.run(dict(params, member="test-member"))["member"] == "test-member"
+    with pytest.raises(ap.ApprovalError) as err:
+        change_approval.run(dict(params, member="ops-lead"))
+    assert "member: the record approves revoking test-member, this run revokes ops-lead" in problems(err)
+    text = ls.record_text(action="revoke_member", requester="ops-lead")
+    with pytest.raises(ap.ApprovalError) as err:
+        ap.parse_record(text)
+    assert "member: is required for action revoke_member" in problems(err)
+
+
+# --- replay, window and executor -----------------------------------------------------------
+def test_change_id_is_used_once(people, tmp_path):
+    ledger = str(tmp_path / "records" / "approvals")
+    record = remove_record(people, tmp_path, targets=["owned-a100-2", "owned-a100-1"])
+    first = change_approval.run(gate_params(people, record, ledger_dir=ledger))
+    assert first["ledger"]["resumed"] is False
+    assert os.path.exists(os.path.join(ledger, "CHG-RM-1.json"))
+    # the same run again (an interrupted removal resumed) is allowed
+    again = change_approval.run(gate_params(people, record, ledger_dir=ledger))
+    assert again["ledger"]["resumed"] is True
+    # anything else under the same change id is a replay
+    with pytest.raises(ap.ApprovalError) as err:
+        change_approval.run(gate_params(people, record, ledger_dir=ledger, targets=["owned-a100-1"]))
+    assert "change_id: CHG-RM-1 was already used" in problems(err)
+    assert "differs in targets" in problems(err)
+
+
+def test_window_needs_a_timezone_and_a_bounded_length(people, tmp_path):
+    now = datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0)
+    local = (now - datetime.timedelta(minutes=5)).strftime("%Y-%m-%dT%H:%M:%S")
+    # the CLI refuses to sign it; an approver could still sign it with ssh-keygen directly
+    record = ls.write_record(str(tmp_path), "chg.yml", ls.record_text(action="remove", requester="ops-lead",
+                                                                      start=local))
+    subprocess.run(["ssh-keygen", "-Y", "sign", "-f", people["keys"]["sec-owner"], "-n", ap.NAMESPACE, record],
+                   check=True, capture_output=True)
+    with pytest.raises(ap.ApprovalError) as err:
+        change_approval.run(gate_params(people, record))
+    assert "window.start: %s has no timezone" % local in problems(err)
+    record = remove_record(people, tmp_path, start=now - datetime.timedelta(hours=1),
+                           end=now + datetime.timedelta(days=30))
+    with pytest.raises(ap.ApprovalError) as err:
+        change_approval.run(gate_params(people, record))
+    assert "is longer than the 24 h a record may approve" in problems(err)
+
+
+def test_awx_executor_is_the_launching_user(people, tmp_path):
+    record = remove_record(people, tmp_path)
+    res = change_approval.run(gate_params(people, record, executor=None, awx_user="ops-lead"))
+    assert res["executor"] == "ops-lead" and res["authenticated_by"] == "awx"
+    with pytest.raises(ap.ApprovalError) as err:
+        change_approval.run(gate_params(people, record, executor="ops-lead", awx_user="ops-oncall"))
+    assert "executor: the job was launched by ops-oncall (AWX user ops-oncall), not by ops-lead" in problems(err)
+
+
+def test_api_changes_need_a_verified_open_removal(tmp_path):
+    """The module that acts checks the verified state; a forged approval dict is not enough."""
+    from ansible_collections.hybridgpu.fleet.plugins.module_utils.lifecycle import removal as rm
+    now = datetime.datetime.now(datetime.timezone.utc)
+    state = tmp_path / "CHG-RM-1.json"
+    with pytest.raises(rm.RemovalError) as err:
+        rm.authorise(str(state), "owned-a100-2")
+    assert "no verified removal state" in str(err.value)
+    window = {"start": ls.iso(now - datetime.timedelta(hours=1)), "end": ls.iso(now + datetime.timedelta(hours=1))}
+    doc = {"node": "owned-a100-2", "change_id": "CHG-RM-1", "finished_at": None, "manifest": {},
+           "approval": {"approved": True, "action": "remove", "change_id": "CHG-RM-1",
+                        "targets": ["owned-a100-2"], "window": window}}
+    state.write_text(json.dumps(doc))
+    assert rm.authorise(str(state), "owned-a100-2")
+    with pytest.raises(rm.RemovalError) as err:
+        rm.authorise(str(state), "owned-a100-1")
+    assert "the state is for 'owned-a100-2', not 'owned-a100-1'" in str(err.value)
+    doc["approval"] = {"approved": True, "change_id": "CHG-RM-1"}  # any dict, as the role once took
+    state.write_text(json.dumps(doc))
+    with pytest.raises(rm.RemovalError) as err:
+        rm.authorise(str(state), "owned-a100-2")
+    assert "holds no verified remove approval" in str(err.value)
+
+
+def test_a_run_names_its_executor(people, tmp_path):
+    record = remove_record(people, tmp_path)
+    with pytest.raises(ap.ApprovalError) as err:
+        change_approval.run(gate_params(people, record, executor=None))
+    assert "executor: nobody is named as running the change" in problems(err)

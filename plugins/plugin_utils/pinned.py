@@ -1,0 +1,118 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The pinned boundary signers and the AWX identity, for action plugins of modules that verify
+change records (change_approval, node_removal_state).
+
+The boundary signers are the trust root of every approval, so a launcher must not be able to
+choose them. They come from, in this order:
+
+1. /etc/hybridgpu/boundary_signers in the execution environment, when it exists; it must be
+   owned by root and not writable by group or others;
+2. the inventory variable ``hgpu_boundary_signers`` (allowed_signers text, group_vars). The
+   run is refused when that variable, or a variable its template refers to, is an extra var:
+   extra vars (``-e``, AWX launch variables and survey answers) are what a launcher controls
+   and they override inventory values.
+
+The ledger of used change ids lives under the inventory's records folder
+(``hgpu_records_dir``, refused as an extra var, else ./records where ansible-playbook started),
+so a launcher cannot point a replay at an empty ledger.
+
+The executor of an AWX job is the AWX user name AWX injects (``awx_user_name``), not an
+answer of the launcher.
+"""
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import os
+import re
+
+from ansible.errors import AnsibleActionFail
+from ansible.utils.vars import load_extra_vars
+
+PINNED_FILE = "/etc/hybridgpu/boundary_signers"
+PINNED_VAR = "hgpu_boundary_signers"
+RECORDS_VAR = "hgpu_records_dir"
+# Module options only the action plugin sets.
+PRIVATE_ARGS = ("boundary_signers", "awx_user", "ledger_dir")
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _referenced(value, task_vars, depth=0):
+    """Variable names a (templated) value refers to, following string variables a few levels."""
+    if not isinstance(value, str) or "{" not in value or depth > 5:
+        return set()
+    names = set(_NAME.findall(value))
+    found = set(names)
+    for name in names:
+        if name in task_vars and name not in (PINNED_VAR, RECORDS_VAR):
+            found |= _referenced(task_vars[name], task_vars, depth + 1)
+    return found
+
+
+def _inventory_value(loader, templar, task_vars, name):
+    """The templated value of inventory variable ``name`` (None when unset); refused when it,
+    or a variable its template refers to, is an extra var."""
+    raw = task_vars.get(name)
+    bad = sorted(({name} | _referenced(raw, task_vars)) & set(load_extra_vars(loader)))
+    if bad:
+        raise AnsibleActionFail("%s given as an extra var; %s is pinned in the inventory's group_vars "
+                                "and a launcher cannot choose it; nothing was changed" % (", ".join(bad), name))
+    if raw is None:
+        return None
+    try:
+        return templar.template(raw)
+    except Exception as exc:  # pylint: disable=broad-except  # a failed lookup names itself
+        raise AnsibleActionFail("%s cannot be read: %s; nothing was changed" % (name, exc))
+
+
+def boundary_signers(loader, templar, task_vars, pinned_file=PINNED_FILE):
+    """(allowed_signers text, where it came from); ('', None) when nothing is pinned."""
+    if os.path.exists(pinned_file):
+        st = os.stat(pinned_file)
+        if st.st_uid != 0 or st.st_mode & 0o022:
+            raise AnsibleActionFail("%s must be owned by root and not writable by group or others "
+                                    "(it pins the boundary signers); nothing was changed" % pinned_file)
+        with open(pinned_file, "r", encoding="utf-8") as fh:
+            return fh.read(), pinned_file
+    text = _inventory_value(loader, templar, task_vars, PINNED_VAR)
+    if text is None:
+        return "", None
+    return (text if isinstance(text, str) else ""), "inventory variable %s" % PINNED_VAR
+
+
+def ledger_dir(loader, templar, task_vars):
+    """The ledger folder: <hgpu_records_dir>/approvals, else ./records/approvals."""
+    value = _inventory_value(loader, templar, task_vars, RECORDS_VAR)
+    if not value:
+        value = (os.environ.get("PWD") or os.getcwd()) + "/records"
+    return os.path.join(value, "approvals")
+
+
+def awx_user(task_vars):
+    """The AWX user name of the job, when this is an AWX job."""
+    if task_vars.get("awx_job_id") is None and task_vars.get("tower_job_id") is None:
+        return None
+    return task_vars.get("awx_user_name") or task_vars.get("tower_user_name") or None
+
+
+def plain_args(action):
+    """The task's module args; refuses a task that sets an option only the action plugin sets."""
+    args = dict(action._task.args)  # pylint: disable=protected-access
+    given = [k for k in PRIVATE_ARGS if args.get(k) is not None]
+    if given:
+        raise AnsibleActionFail("%s may not be set by a task (the action plugin sets it from the "
+                                "pinned signers and the AWX job); nothing was changed" % ", ".join(given))
+    return args
+
+
+def module_args(action, task_vars):
+    """The task's module args plus the pinned signers, the ledger folder and the AWX user."""
+    args = plain_args(action)
+    text, dummy = boundary_signers(action._loader, action._templar, task_vars)  # pylint: disable=protected-access
+    args["boundary_signers"] = text
+    args["ledger_dir"] = ledger_dir(action._loader, action._templar, task_vars)  # pylint: disable=protected-access
+    user = awx_user(task_vars)
+    if user:
+        args["awx_user"] = user
+    return args
