@@ -493,3 +493,19 @@ def test_schedules_run_existing_templates():
     for s in DATA["awx_schedules"]:
         assert not _destructive(BY_NAME.get(s["unified_job_template"], {"playbook": "x"})), \
             "%s schedules a destructive job" % s["name"]
+
+
+def test_launchers_cannot_choose_the_trust_root():
+    """The boundary, its pinned signers and the executor are not launch answers: a survey
+    asks for none of them, and no template lets the launcher pick the inventory (where
+    hgpu_boundary_signers is pinned) or free extra vars."""
+    bad = []
+    for t in TEMPLATES:
+        for q in _survey(t):
+            var = q["variable"]
+            if var.endswith("_boundary") or var.startswith("hgpu_boundary") or var.endswith("_executor"):
+                bad.append("%s: the survey asks for %s" % (t["name"], var))
+        if _destructive(t) and (t.get("ask_inventory_on_launch") or t.get("ask_variables_on_launch")):
+            bad.append("%s: the launcher may choose the inventory or free extra vars" % t["name"])
+    assert "hgpu_boundary_signers" in INVENTORY_VARS, "inventories/example must pin hgpu_boundary_signers"
+    _fail(bad, "templates whose launcher chooses the trust root")
