@@ -77,7 +77,8 @@ def kube(context="onprem"):
 
 
 def approvers(directory):
-    return ls.make_approvers(str(directory))
+    """Per-run approver keys and a boundary signed by the lab's pinned boundary signer."""
+    return ls.make_approvers(str(directory), signer=ls.lab_boundary_signer())
 
 
 def signed_record(appr, directory, name, signer="sec-owner", **kw):

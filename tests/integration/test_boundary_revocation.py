@@ -83,7 +83,8 @@ def test_every_path_of_a_revoked_member_is_denied(member):
     assert member_ssh(member["key"]).returncode == 0
 
     record = signed_record(member["appr"], member["tmp"], "chg-revoke.yml", change_id="CHG-REVOKE-LAB",
-                           action="remove", targets=[NODE], requester="ops-lead", reason="member left")
+                           action="revoke_member", member="test-member", targets=[NODE], requester="ops-lead",
+                           reason="member left")
     # the keys as AWX passes them: text, one per line (blank lines and padding ignored)
     res = revoke(member, record, keys_text="\n  %s  \n\n" % member["pub"].strip())
     assert res.returncode == 0, res.out[-5000:]
@@ -119,7 +120,8 @@ def test_unsigned_record_revokes_nothing(member):
     before = {c: open(token_file(c)).read() for c in CLUSTERS}
     keys = ssh(NODE, "cat /root/.ssh/authorized_keys").stdout
     record = signed_record(member["appr"], member["tmp"], "unsigned.yml", signer=None,
-                           change_id="CHG-REVOKE-BAD", action="remove", targets=[NODE], requester="ops-lead")
+                           change_id="CHG-REVOKE-BAD", action="revoke_member", member="test-member", targets=[NODE],
+                           requester="ops-lead")
     res = revoke(member, record)
     assert res.returncode != 0 and "signature" in res.out
     assert {c: open(token_file(c)).read() for c in CLUSTERS} == before
@@ -130,7 +132,7 @@ def test_a_line_that_is_not_a_key_revokes_nothing(member):
     before = {c: open(token_file(c)).read() for c in CLUSTERS}
     keys = ssh(NODE, "cat /root/.ssh/authorized_keys").stdout
     record = signed_record(member["appr"], member["tmp"], "badkey.yml", change_id="CHG-REVOKE-KEY",
-                           action="remove", targets=[NODE], requester="ops-lead")
+                           action="revoke_member", member="test-member", targets=[NODE], requester="ops-lead")
     res = revoke(member, record, keys_text="%s\nalice's laptop key\n" % member["pub"].strip())
     assert res.returncode != 0 and "not an SSH public key" in res.out and "nothing was changed" in res.out
     assert {c: open(token_file(c)).read() for c in CLUSTERS} == before

@@ -8,7 +8,9 @@
   -> records/index.html, the page a person reads first.
 
 Approver keys are generated for the run under .lab/demo/ (never committed); the change
-records are signed with them exactly as an approver would with `bin/hgpu-sign-change`.
+records are signed with them exactly as an approver would with `bin/hgpu-sign-change`, and
+the boundary naming them is signed with the lab's pinned boundary signer (.lab/approvers,
+`bin/hgpu-sign-change sign-boundary`) as a site's security owner signs theirs.
 Each step's Ansible output goes to records/demo/<step>.log; the terminal gets one line per step.
 """
 import argparse
@@ -107,7 +109,8 @@ def main():
     args = ap.parse_args()
 
     os.makedirs(DEMO_DIR, exist_ok=True)
-    APPROVERS = approvals.make_approvers(DEMO_DIR)
+    # The boundary is signed by the lab's pinned boundary signer (hgpu_boundary_signers).
+    APPROVERS = approvals.make_approvers(DEMO_DIR, signer=approvals.lab_boundary_signer())
     boundary = APPROVERS["boundary"]
     results = {}
     print("hybridgpu.fleet lab run (logs under records/demo/)", flush=True)

@@ -24,6 +24,7 @@ def up(args):
     step("host prerequisites", host.ensure_host)
     ref, built = step("node image", image.ensure_images)
     step("ssh key", nodes.ensure_ssh_key)
+    step("boundary signer", nodes.ensure_boundary_signer)
     nodes.write_ssh_config()
     step("network", nodes.ensure_network)
     repo_changed = False

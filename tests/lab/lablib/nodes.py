@@ -26,6 +26,31 @@ def ensure_ssh_key():
     return True
 
 
+def ensure_boundary_signer():
+    """The lab security owner's boundary-signing key and the pinned signers file under
+    <lab dir>/approvers (read by inventories/lab as hgpu_boundary_signers). The lab signs
+    every boundary it writes with this key, as a site's security owner does."""
+    folder = config.path("approvers")
+    key = os.path.join(folder, "boundary-signer")
+    os.makedirs(folder, mode=0o700, exist_ok=True)
+    made = False
+    if not (os.path.exists(key) and os.path.exists(key + ".pub")):
+        for p in (key, key + ".pub"):
+            if os.path.exists(p):
+                os.unlink(p)
+        run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "sec-owner boundary signer", "-f", key])
+        made = True
+    with open(key + ".pub") as fh:
+        pub = fh.read().strip()
+    line = 'sec-owner namespaces="hybridgpu.fleet-boundary" %s\n' % pub
+    signers = os.path.join(folder, "boundary_signers")
+    if not os.path.exists(signers) or open(signers).read() != line:
+        with open(signers, "w") as fh:
+            fh.write(line)
+        made = True
+    return made
+
+
 def write_ssh_config():
     """.lab/ssh/config, so a person can `ssh -F .lab/ssh/config owned-a100-1`."""
     lines = []
