@@ -69,10 +69,11 @@ def make_event(change_id, approver, executor, target, action, result, details=No
     return event
 
 
-def _last_line(handle):
-    """The last non-empty line of an open binary file (reads backwards in blocks)."""
+def _last_line(handle, end=None):
+    """The last non-empty line of an open binary file, or of its first ``end`` bytes (reads
+    backwards in blocks)."""
     handle.seek(0, os.SEEK_END)
-    pos = handle.tell()
+    pos = handle.tell() if end is None else end
     buf = b""
     while pos > 0:
         step = min(4096, pos)
@@ -120,13 +121,10 @@ def _torn_message(path, tail):
             % (path, tail["lineno"], tail["size"] - tail["offset"], repair_command(path)))
 
 
-def _append_locked(handle, path, event, anchors_path):
-    """Append under the caller's lock; refuses a torn tail, a fresh chain over existing anchors
-    and a log whose head is behind its anchors."""
-    tail = _tail(handle)
-    if tail["torn"]:
-        raise AuditError(_torn_message(path, tail))
-    last = tail["line"]
+def _next_link(path, last, anchors_path):
+    """(seq, prev) of the entry that follows the line ``last`` (None: no entry yet); refuses a
+    last line that is not an entry, a fresh chain over existing anchors and a log whose head is
+    behind its anchors."""
     if last:
         try:
             prev = json.loads(last.decode("utf-8"))
@@ -145,6 +143,15 @@ def _append_locked(handle, path, event, anchors_path):
         raise AuditError("refusing to append to %s: its head is seq %d but the anchors file %s records seq %d "
                          "(hash %s), so the log was truncated or rewritten. Run bin/hgpu-audit-verify %s"
                          % (path, seq - 1, anchors_path, anchored["seq"], anchored["hash"], path))
+    return seq, prev_hash
+
+
+def _append_locked(handle, path, event, anchors_path):
+    """Append under the caller's lock; refuses a torn tail and whatever ``_next_link`` refuses."""
+    tail = _tail(handle)
+    if tail["torn"]:
+        raise AuditError(_torn_message(path, tail))
+    seq, prev_hash = _next_link(path, tail["line"], anchors_path)
     entry = dict(event, seq=seq, prev=prev_hash)
     entry["hash"] = entry_hash(entry)
     handle.seek(0, os.SEEK_END)
@@ -257,6 +264,11 @@ def repair_torn_tail(path, executor, change_id="audit-repair", approver=None, an
         digest = hashlib.sha256(torn).hexdigest()
         stamp = _now().replace(":", "").replace("-", "")
         aside = "%s.torn-%s" % (os.path.abspath(path), stamp)
+        event = make_event(change_id, approver or executor, executor, os.path.abspath(path), "audit_repair",
+                           "changed", {"repair": "torn_tail", "line": tail["lineno"], "bytes": len(torn),
+                                       "sha256": digest, "moved_to": aside})
+        # Everything the append after the cut would refuse is refused before anything is touched.
+        _next_link(path, _last_line(handle, tail["offset"]), anchors_path)
         fd = os.open(aside, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o640)
         with os.fdopen(fd, "wb") as out:
             out.write(torn)
@@ -265,9 +277,6 @@ def repair_torn_tail(path, executor, change_id="audit-repair", approver=None, an
         handle.truncate(tail["offset"])
         handle.flush()
         os.fsync(handle.fileno())
-        event = make_event(change_id, approver or executor, executor, os.path.abspath(path), "audit_repair",
-                           "changed", {"repair": "torn_tail", "line": tail["lineno"], "bytes": len(torn),
-                                       "sha256": digest, "moved_to": aside})
         entry = _append_locked(handle, path, event, anchors_path)
         checkpoint, sent, warnings = _anchor_locked(path, entry, anchors_path, checkpoint_key,
                                                     checkpoint_every, syslog_socket)

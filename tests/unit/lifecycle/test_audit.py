@@ -418,3 +418,18 @@ def test_anchor_record_cut_short_is_named_and_the_next_one_kept(log):
     res = audit.verify(log)
     assert res["ok"] and res["anchors"]["heads"] == 5
     assert res["warnings"] == ["%s line 5 is not an anchor record" % anchors_of(log)]
+
+
+def test_repair_that_the_append_would_refuse_changes_nothing(log):
+    truncate(log)
+    with open(log, "ab") as fh:
+        fh.write(TORN)
+    with open(log, "rb") as fh:
+        before = fh.read()
+    with pytest.raises(audit.AuditError, match="its head is seq 3 but the anchors file"):
+        audit.repair_torn_tail(log, "ops-lead")
+    with open(log, "rb") as fh:
+        assert fh.read() == before
+    assert not [n for n in os.listdir(os.path.dirname(log)) if ".torn-" in n]
+    with pytest.raises(audit.AuditError, match="missing approver, executor"):
+        audit.repair_torn_tail(log, "")
