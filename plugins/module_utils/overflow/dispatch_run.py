@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from ..common import k8s
 from . import jobclass, trigger
+from .remote import UnsafeName, check_name
 from .k8s_backend import K8sCloudCluster, K8sLocalQueue
 from .protocol import ACTIVE_STATES, J_FINISHED, Dispatcher
 from .rsync_stager import RsyncStager
@@ -41,7 +42,8 @@ def build_local(opts, classes):
     if kind == "slurm":
         if not opts.get("host") or not opts.get("ssh_key"):
             raise RunError("local_queue: kind slurm needs host and ssh_key")
-        return SlurmLocalQueue(opts["host"], opts["ssh_key"], user=opts.get("user") or "root", classes=classes)
+        return SlurmLocalQueue(opts["host"], opts["ssh_key"], user=opts.get("user") or "root", classes=classes,
+                               known_hosts=opts.get("known_hosts"))
     raise RunError("local_queue.kind must be kubernetes or slurm, not %r" % (kind,))
 
 
@@ -55,7 +57,8 @@ def build_stager(opts):
         if not opts.get(key):
             raise RunError("storage.%s is required" % key)
     st = RsyncStager(opts["host"], opts["ssh_key"], opts["onprem_root"],
-                     remote_root=opts.get("remote_root") or "/srv/cloud-storage", user=opts.get("user") or "root")
+                     remote_root=opts.get("remote_root") or "/srv/cloud-storage", user=opts.get("user") or "root",
+                     known_hosts=opts.get("known_hosts"))
     return st
 
 
@@ -84,11 +87,26 @@ def cloud_spec(job_id, cls, template, inputs=()):
             "cloud_gpu_type": tpl.get("cloud_gpu_type")}
 
 
+def check_names(params):
+    """Refuse unsafe job IDs and input/dataset names (remote.check_name) before anything runs."""
+    try:
+        for job_id in params.get("jobs") or []:
+            check_name("job ID", job_id)
+        for cls_name, inputs in (params.get("inputs") or {}).items():
+            for it in inputs or []:
+                item = it if isinstance(it, dict) else {"name": it}
+                field = "dataset name" if item.get("shared") else "input name"
+                check_name("%s (inputs.%s)" % (field, cls_name), item.get("name"))
+    except UnsafeName as exc:
+        raise RunError(str(exc))
+
+
 def run(params):
     """params: tracker_db, path, actor, job_classes, local_queue, cloud, storage, job_template,
     inputs (class -> input list), jobs (operator), action, faults, total_gpus, check_mode.
     Returns {"path", "results", "decisions", "snapshot", "staging"}."""
     path = params["path"]
+    check_names(params)
     classes = jobclass.load(params["job_classes"])
     local = build_local(params["local_queue"], classes)
     snap = local.snapshot(total_gpus=params.get("total_gpus"))

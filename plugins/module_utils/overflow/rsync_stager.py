@@ -23,6 +23,9 @@ Inputs: [{"name", "path" (file on the control host), "shared": bool}].
 - Throughput is sustained: bytes sent / wall time of the whole staging (checksums included).
 Outputs come back to `onprem_root/<job_id>/<attempt_id>/` and their checksum (tree_digest) is
 computed over what landed on-prem, never taken from the sender.
+Job IDs, attempt IDs, input and image names are checked with remote.check_name before any command
+runs (a refusal is a TransferInterrupted or ReturnFailed naming the field and the value); every value
+in a remote command is quoted on its own. SSH checks the host key, against `known_hosts` when given.
 """
 from __future__ import annotations
 
@@ -33,9 +36,7 @@ import subprocess
 import time
 
 from . import backends as b
-
-SSH_OPTS = ["-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
-            "-o", "LogLevel=ERROR", "-o", "ConnectTimeout=5"]
+from .remote import UnsafeName, check_name, command, ssh_options
 
 
 def file_sha256(path, bufsize=1 << 20):
@@ -73,8 +74,9 @@ def parse_sha256sum(text):
 
 class RsyncStager(b.Stager):
     def __init__(self, host, ssh_key, onprem_root, remote_root="/srv/cloud-storage", user="root",
-                 ssh_port=22, timeout=600, image_cache=None):
+                 ssh_port=22, timeout=600, image_cache=None, known_hosts=None):
         self.host = host
+        self.known_hosts = known_hosts
         self.user = user
         self.ssh_key = ssh_key
         self.ssh_port = ssh_port
@@ -93,7 +95,7 @@ class RsyncStager(b.Stager):
 
     # -- transport ------------------------------------------------------------------------------
     def _ssh_base(self, port=None):
-        return ["ssh", "-i", self.ssh_key, "-p", str(port or self.ssh_port)] + SSH_OPTS
+        return ["ssh", "-i", self.ssh_key, "-p", str(port or self.ssh_port)] + ssh_options(self.known_hosts)
 
     def ssh(self, command, check=True):
         res = subprocess.run(self._ssh_base() + ["%s@%s" % (self.user, self.host), command],
@@ -125,9 +127,9 @@ class RsyncStager(b.Stager):
     def _remote_state(self, job_id, items):
         """One SSH call: the warm-data manifest and the checksums of what is already there."""
         paths = " ".join(shlex.quote(self._dest_of(job_id, it)) for it in items)
-        cmd = ("mkdir -p %s %s; cat %s 2>/dev/null; echo '--- remote'; sha256sum %s 2>/dev/null; true" % (
-            shlex.quote(self.remote("shared")), shlex.quote(self.remote("jobs", job_id, "inputs")),
-            shlex.quote(self.remote("shared", "MANIFEST.sha256")), paths))
+        cmd = ("%s; %s 2>/dev/null; echo '--- remote'; sha256sum %s 2>/dev/null; true" % (
+            command("mkdir", "-p", self.remote("shared"), self.remote("jobs", job_id, "inputs")),
+            command("cat", self.remote("shared", "MANIFEST.sha256")), paths))
         text = self.ssh(cmd).stdout
         manifest_text, dummy, remote_text = text.partition("--- remote\n")
         return parse_sha256sum(manifest_text), parse_sha256sum(remote_text)
@@ -137,8 +139,19 @@ class RsyncStager(b.Stager):
             return self.remote("shared", item["name"])
         return self.remote("jobs", job_id, "inputs", item["name"])
 
+    @staticmethod
+    def _names(error, *fields):
+        """Refuse (as `error`) any (field, value) whose value may not go into a remote path or command."""
+        try:
+            for field, value in fields:
+                check_name(field, value)
+        except UnsafeName as exc:
+            raise error(str(exc))
+
     def stage_inputs(self, job_id, inputs):
         t0 = time.monotonic()
+        self._names(b.TransferInterrupted, ("job ID", job_id),
+                    *[("dataset name" if it.get("shared") else "input name", it.get("name")) for it in inputs])
         items = []
         for it in inputs:
             if not it.get("path") or not os.path.isfile(it["path"]):
@@ -210,10 +223,12 @@ class RsyncStager(b.Stager):
     def _update_manifest(self, shared):
         """Record warm shared datasets (name -> sha256) on the storage host, atomically."""
         lines = "".join("%s  %s\n" % (it["sha256"], it["name"]) for it in shared)
-        names = "|".join(it["name"] for it in shared)
-        m = shlex.quote(self.remote("shared", "MANIFEST.sha256"))
-        cmd = ("touch %s && { grep -v -E '  (%s)$' %s; printf %%s %s; } > %s.tmp && mv %s.tmp %s" % (
-            m, names, m, shlex.quote(lines), m, m, m))
+        # names are checked (letters, digits, '.', '_', '-'): only '.' needs escaping in the pattern
+        pattern = "  (%s)$" % "|".join(it["name"].replace(".", "[.]") for it in shared)
+        m = self.remote("shared", "MANIFEST.sha256")
+        cmd = "%s && { %s; %s; } > %s && %s" % (
+            command("touch", m), command("grep", "-v", "-E", "-e", pattern, m), command("printf", "%s", lines),
+            command(m + ".tmp"), command("mv", m + ".tmp", m))
         self.ssh(cmd)
 
     def warm_shared(self, name, path):
@@ -222,7 +237,7 @@ class RsyncStager(b.Stager):
 
     # -- images ---------------------------------------------------------------------------------
     def cached_image_path(self, name):
-        return "%s/%s" % (self.image_cache, name.strip("/").replace("/", "_"))
+        return "%s/%s" % (self.image_cache, check_name("image name", name.strip("/").replace("/", "_")))
 
     def _cached_digest(self, name):
         dest = shlex.quote(self.cached_image_path(name))
@@ -232,6 +247,7 @@ class RsyncStager(b.Stager):
 
     def ensure_image(self, job_id, image):
         name, path = image["name"], image.get("path")
+        self._names(b.TransferInterrupted, ("job ID", job_id), ("image name", name.strip("/").replace("/", "_")))
         if not path or not os.path.isfile(path):
             raise b.TransferInterrupted("image %s of %s: on-prem copy %r does not exist" % (name, job_id, path))
         onprem = "sha256:" + file_sha256(path)
@@ -271,6 +287,7 @@ class RsyncStager(b.Stager):
 
     def fetch_outputs(self, job_id, cloud_job):
         attempt = cloud_job.attempt_id
+        self._names(b.ReturnFailed, ("job ID", job_id), ("attempt ID", attempt))
         dest = os.path.join(self.onprem_root, job_id, attempt)
         os.makedirs(dest, exist_ok=True)
         port = None

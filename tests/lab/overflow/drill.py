@@ -84,8 +84,23 @@ TARGETS = {
     "link_down_at_dispatch": ({"finished"}, 1),
 }
 FINAL = {"finished", "back_local", "local_running", "gone"}
-SSH = ["ssh", "-i", config.path("ssh", "id_ed25519"), "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=no",
-       "-o", "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR", "-o", "ConnectTimeout=5"]
+# site-sched's and cloud-storage's host keys, written by the lab (lablib/extra.py) like a site would
+KNOWN_HOSTS = config.path("ssh", "known_hosts")
+SSH = ["ssh", "-i", config.path("ssh", "id_ed25519"), "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes",
+       "-o", "UserKnownHostsFile=" + KNOWN_HOSTS, "-o", "LogLevel=ERROR", "-o", "ConnectTimeout=5"]
+
+
+def slurm_queue(classes=None):
+    """The lab's Slurm local queue (site-sched), host key checked; classes from the lab's job classes."""
+    return SlurmLocalQueue(SLURM_HOST, config.path("ssh", "id_ed25519"),
+                           classes=classes if classes is not None else jobclass.load(CLASSES_FILE),
+                           known_hosts=KNOWN_HOSTS)
+
+
+def stager(onprem_root, remote_root=REMOTE_ROOT):
+    """The stager to the lab's cloud-storage, host key checked."""
+    return RsyncStager(STORAGE_HOST, config.path("ssh", "id_ed25519"), onprem_root, remote_root=remote_root,
+                       known_hosts=KNOWN_HOSTS)
 
 
 def ssh(host, command, check=True, timeout=60):
@@ -122,11 +137,10 @@ class Env(object):
                                                "request_timeout": 5}, retries=1, backoff=0.1),
                                      namespace="overflow-drill")
         self.cloud.ensure_namespace()
-        self.stager = RsyncStager(STORAGE_HOST, config.path("ssh", "id_ed25519"),
-                                  os.path.join(workdir, "results"), remote_root=REMOTE_ROOT)
+        self.stager = stager(os.path.join(workdir, "results"))
         self.tracker = Tracker(os.path.join(workdir, "tracker.db"))
         if backend == "slurm":
-            self.local = SlurmLocalQueue(SLURM_HOST, config.path("ssh", "id_ed25519"), classes=self.classes)
+            self.local = slurm_queue(self.classes)
         else:
             self.onprem = k8s.Kube({"kubeconfig": config.path("k8s", "kubeconfig"), "context": "onprem"})
             self.local = K8sLocalQueue(self.onprem, namespace="overflow-drill-local", node_selector=POOL,
