@@ -282,7 +282,7 @@ snapshot:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import k8s
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.common.k8s_module import K8S_AUTH_ARG_SPEC
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow import backends, dispatch_run, jobclass
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow.slurm_backend import SlurmError
 
@@ -291,7 +291,7 @@ CHANGING = frozenset(["submitted", "adopted", "released", "finished", "abandoned
 # The Kubernetes connection options inside local_queue and cloud: the shared spec's types, aliases and
 # no_log, without its defaults and environment fallbacks (dispatch_run applies its own defaults).
 K8S_SUBOPTIONS = dict((key, dict((k, v) for k, v in spec.items() if k in ("type", "aliases", "no_log")))
-                      for key, spec in k8s.K8S_AUTH_ARG_SPEC.items())
+                      for key, spec in K8S_AUTH_ARG_SPEC.items())
 SSH_SUBOPTIONS = dict(
     host=dict(type="str"),
     ssh_key=dict(type="path", no_log=False),
