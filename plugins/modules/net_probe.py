@@ -79,7 +79,7 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.hybridgpu.fleet.plugins.module_utils.preflight import probes as p
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.preflight import network
 
 
 def main():
@@ -100,9 +100,9 @@ def main():
         return module.run_command([path] + argv[1:], environ_update={"LANG": "C", "LC_ALL": "C"})
 
     try:
-        results = p.run_net_probes(module.params["probes"], run=run, timeout=module.params["timeout"],
-                                   icmp_count=module.params["icmp_count"])
-    except p.ProbeError as exc:
+        results = network.run_net_probes(module.params["probes"], run=run, timeout=module.params["timeout"],
+                                         icmp_count=module.params["icmp_count"])
+    except network.ProbeError as exc:
         module.fail_json(msg="net_probe on %s: bad input: %s" % (host, exc))
     module.exit_json(changed=False, probe_results=results, host=host)
 
