@@ -191,6 +191,7 @@ def _read_row(body, lead, result):
     row["in_place"] = _half(tokens[len(lead) + 4:], check)
     result["rows"].append(row)
 
+
 def summarize(parsed):
     """Verdict of one parsed run.
 

@@ -7,6 +7,7 @@ import pytest
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.preflight import clock
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.preflight import probe_rows
 
+
 def test_offset_math_compensates_rtt_and_picks_lowest_delay():
     # Node 2 s behind the server, 10 ms each way; a slow sample must lose.
     samples = [(100.0, 102.010, 102.011, 100.021), (200.0, 202.5, 202.5, 201.0)]
@@ -21,7 +22,7 @@ def test_serve_and_query_over_loopback_with_shifted_server_clock():
     import time
     out = {}
     t = threading.Thread(target=lambda: out.update(clock.serve(srv, 5, expect_clients=1,
-                                                           now=lambda: time.time() + 30.0)))
+                                                               now=lambda: time.time() + 30.0)))
     t.start()
     cli = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     samples, lost = clock.query(cli, "127.0.0.1", port, samples=4, timeout=1.0, name="n1")
@@ -79,7 +80,7 @@ def test_no_answer_fails():
 
 def test_record_rows_have_ids_and_verdicts():
     rows = probe_rows.record_rows("clock", "owned-a100-1", {"owned-a100-1": {"verdict": "pass", "observed": "open",
-                                                                    "server": "10.213.77.1:12123"}})
+                                                                             "server": "10.213.77.1:12123"}})
     assert rows[0]["id"] == "clock:owned-a100-1" and rows[0]["verdict"] == "pass"
 
 

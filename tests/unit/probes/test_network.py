@@ -194,5 +194,3 @@ def test_net_probe_input_errors(probe, msg):
     with pytest.raises(network.ProbeError) as err:
         network.validate_net_probes([probe])
     assert msg in str(err.value)
-
-
