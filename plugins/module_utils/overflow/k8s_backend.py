@@ -241,7 +241,7 @@ class K8sLocalQueue(b.LocalQueue):
                 continue
             product = (n["metadata"].get("labels") or {}).get(GPU_PRODUCT)
             product = names.get(product, product)
-            cap = k8s._int(((n.get("status") or {}).get("allocatable") or {}).get(GPU))
+            cap = k8s.node_summary(n)["gpu_allocatable"]
             if not product:
                 continue
             total[product] = total.get(product, 0) + cap
