@@ -20,7 +20,7 @@ import hashlib
 import re
 import uuid
 
-from . import backends as b
+from . import backends
 
 PATHS = ("operator", "policy")
 
@@ -131,12 +131,12 @@ class Dispatcher(object):
         self._log(job_id, attempt_id, "dispatch", "started", {"actor": self.actor, "job_class": job_class})
         answer = self.local.hold(job_id)
         self._log(job_id, attempt_id, "hold", answer)
-        if answer == b.ALREADY_STARTED:
+        if answer == backends.ALREADY_STARTED:
             self.tr.set_attempt(attempt_id, state="abandoned", ended=True)
             self.tr.set_job_state(job_id, J_LOCAL_RUNNING)
             return self._result(job_id, "abandoned", "job already started locally; nothing sent to the cloud",
                                 attempt_id)
-        if answer == b.GONE:
+        if answer == backends.GONE:
             self.tr.set_attempt(attempt_id, state="abandoned", ended=True)
             self.tr.set_job_state(job_id, J_GONE)
             return self._result(job_id, "abandoned", "local entry is gone", attempt_id)
@@ -169,7 +169,7 @@ class Dispatcher(object):
             return self._result(job_id, "noop", "job is finished; nothing left to release")
         try:
             res = self.cloud.stop(job_id)
-        except b.LinkDown as exc:
+        except backends.LinkDown as exc:
             self._log(job_id, pending[-1]["attempt_id"], "stop", "link_down", str(exc))
             return self._result(job_id, "finished", "cloud resources not released yet (%s)" % exc)
         for a in pending:
@@ -183,7 +183,7 @@ class Dispatcher(object):
         attempt_id = att["attempt_id"] if att else None
         try:
             found = self.cloud.find_by_job_id(job_id)
-        except b.LinkDown as exc:
+        except backends.LinkDown as exc:
             self._log(job_id, attempt_id, "lookup", "link_down", str(exc))
             return self._result(job_id, "held", "cloud state unknown (%s); local entry stays held" % exc,
                                 attempt_id)
@@ -191,7 +191,7 @@ class Dispatcher(object):
             self._log(job_id, attempt_id, "lookup", "no_job")
             self.tr.set_attempt(attempt_id, state="not_created", ended=True)
             return self._release(job_id, attempt_id, "lookup shows no cloud Job under this job ID")
-        if found.phase == b.TERMINATING:
+        if found.phase == backends.TERMINATING:
             self._log(job_id, attempt_id, "lookup", "terminating", found.as_dict())
             return self._result(job_id, "held", "a cloud Job is still terminating; entry stays held", attempt_id)
         self._log(job_id, attempt_id, "lookup", "found", found.as_dict())
@@ -202,7 +202,7 @@ class Dispatcher(object):
         att = self._current_attempt(job_id)
         try:
             cj = self.cloud.find_by_job_id(job_id)
-        except b.LinkDown as exc:
+        except backends.LinkDown as exc:
             self._log(job_id, att["attempt_id"], "poll", "link_down", str(exc))
             return self._result(job_id, "running", "cloud unreachable; the cloud run goes on on its own",
                                 att["attempt_id"])
@@ -214,13 +214,13 @@ class Dispatcher(object):
             # The cloud runs another attempt than the one we recorded last: follow the cloud.
             self._adopt(job_id, att["attempt_id"], cj)
             att = self._current_attempt(job_id)
-        if cj.phase in b.LIVE_PHASES or cj.phase == b.TERMINATING:
+        if cj.phase in backends.LIVE_PHASES or cj.phase == backends.TERMINATING:
             return self._result(job_id, "running", "cloud Job is %s" % cj.phase, cj.attempt_id)
-        if cj.phase == b.FAILED:
+        if cj.phase == backends.FAILED:
             self._log(job_id, cj.attempt_id, "poll", "failed", cj.reason)
             try:
                 res = self.cloud.stop(job_id)
-            except b.LinkDown as exc:
+            except backends.LinkDown as exc:
                 self._log(job_id, cj.attempt_id, "stop", "link_down", str(exc))
                 return self._result(job_id, "running", "failed Job could not be removed yet", cj.attempt_id)
             self.tr.set_attempt(cj.attempt_id, state="failed", resources=res, ended=True)
@@ -239,7 +239,7 @@ class Dispatcher(object):
         try:
             res = self.cloud.stop(job_id)
             still = self.cloud.find_by_job_id(job_id)
-        except b.LinkDown as exc:
+        except backends.LinkDown as exc:
             self._log(job_id, attempt_id, "return_to_local", "refused", {"who": who, "error": str(exc)})
             return self._result(job_id, "held", "cannot stop the cloud attempt (%s); entry stays held" % exc,
                                 attempt_id)
@@ -262,7 +262,7 @@ class Dispatcher(object):
         for n in range(1, self.max_transfer_tries + 1):
             try:
                 got = self.stager.stage_inputs(job_id, inputs)
-            except b.TransferInterrupted as exc:
+            except backends.TransferInterrupted as exc:
                 self._log(job_id, attempt_id, "stage_inputs", "interrupted",
                           {"try": n, "done_bytes": exc.done_bytes, "error": str(exc)})
                 continue
@@ -277,7 +277,7 @@ class Dispatcher(object):
             for n in range(1, self.max_transfer_tries + 1):
                 try:
                     got = self.stager.ensure_image(job_id, image)
-                except b.TransferInterrupted as exc:
+                except backends.TransferInterrupted as exc:
                     self._log(job_id, attempt_id, "ensure_image", "interrupted", {"try": n, "error": str(exc)})
                     continue
                 # both digests and the outcome (cached / cold_pull) go in the attempt log
@@ -296,18 +296,18 @@ class Dispatcher(object):
         body.update(job_labels(job_id, attempt_id, self.path))
         try:
             res = self.cloud.submit(name, job_id, attempt_id, body)
-        except (b.LostResponse, b.LinkDown) as exc:
-            kind = "lost_response" if isinstance(exc, b.LostResponse) else "link_down"
+        except (backends.LostResponse, backends.LinkDown) as exc:
+            kind = "lost_response" if isinstance(exc, backends.LostResponse) else "link_down"
             self._log(job_id, attempt_id, "submit", kind, str(exc))
             self.tr.set_attempt(attempt_id, state="unknown")
             self.tr.set_job_state(job_id, J_HELD_UNKNOWN)
             return self.reconcile(job_id)
-        if res.outcome == b.CREATED:
+        if res.outcome == backends.CREATED:
             self._log(job_id, attempt_id, "submit", "created", name)
             self.tr.set_attempt(attempt_id, state="submitted", resources="in_use")
             self.tr.set_job_state(job_id, J_CLOUD)
             return self._result(job_id, "submitted", "cloud Job %s created" % name, attempt_id)
-        if res.outcome == b.ALREADY_EXISTS:
+        if res.outcome == backends.ALREADY_EXISTS:
             self._log(job_id, attempt_id, "submit", "already_exists", res.job.as_dict())
             return self._adopt(job_id, attempt_id, res.job)
         self._log(job_id, attempt_id, "submit", "rejected", res.reason)
@@ -348,7 +348,7 @@ class Dispatcher(object):
         while self._return_failures(job_id, attempt_id) < self.max_return_tries:
             try:
                 got = self.stager.fetch_outputs(job_id, cj)
-            except b.ReturnFailed as exc:
+            except backends.ReturnFailed as exc:
                 self._log(job_id, attempt_id, "fetch_outputs", "failed", str(exc))
                 continue
             if got["checksum"] != cj.output_checksum:
@@ -365,7 +365,7 @@ class Dispatcher(object):
         # Results could not be brought back intact within the cap: give the job back to the local queue.
         try:
             res = self.cloud.stop(job_id)
-        except b.LinkDown as exc:
+        except backends.LinkDown as exc:
             self._log(job_id, attempt_id, "stop", "link_down", str(exc))
             return self._result(job_id, "returning", "return failed and cloud unreachable; retry later", attempt_id)
         self.tr.set_attempt(attempt_id, state="failed", resources=res, ended=True)
@@ -377,7 +377,7 @@ class Dispatcher(object):
         try:
             res = self.cloud.stop(job_id)
             self._log(job_id, attempt_id, "stop", res)
-        except b.LinkDown as exc:
+        except backends.LinkDown as exc:
             res = None
             self._log(job_id, attempt_id, "stop", "link_down", str(exc))
         if verdict["committed"]:

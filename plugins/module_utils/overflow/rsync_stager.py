@@ -32,7 +32,7 @@ import shlex
 import subprocess
 import time
 
-from . import backends as b
+from . import backends
 
 SSH_OPTS = ["-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
             "-o", "LogLevel=ERROR", "-o", "ConnectTimeout=5"]
@@ -71,7 +71,7 @@ def parse_sha256sum(text):
     return out
 
 
-class RsyncStager(b.Stager):
+class RsyncStager(backends.Stager):
     def __init__(self, host, ssh_key, onprem_root, remote_root="/srv/cloud-storage", user="root",
                  ssh_port=22, timeout=600, image_cache=None):
         self.host = host
@@ -99,7 +99,7 @@ class RsyncStager(b.Stager):
         res = subprocess.run(self._ssh_base() + ["%s@%s" % (self.user, self.host), command],
                              capture_output=True, text=True, timeout=self.timeout, check=False)
         if check and res.returncode != 0:
-            raise b.TransferInterrupted("ssh %s: %s failed (rc %d): %s" % (
+            raise backends.TransferInterrupted("ssh %s: %s failed (rc %d): %s" % (
                 self.host, command[:80], res.returncode, res.stderr.strip()[-300:]))
         return res
 
@@ -142,7 +142,7 @@ class RsyncStager(b.Stager):
         items = []
         for it in inputs:
             if not it.get("path") or not os.path.isfile(it["path"]):
-                raise b.TransferInterrupted("input %r of %s: local file %r does not exist" % (
+                raise backends.TransferInterrupted("input %r of %s: local file %r does not exist" % (
                     it.get("name"), job_id, it.get("path")))
             items.append(dict(it, sha256=file_sha256(it["path"]), size=os.path.getsize(it["path"])))
         manifest, remote = self._remote_state(job_id, items)
@@ -174,7 +174,7 @@ class RsyncStager(b.Stager):
                 done = self._partial_sizes(job_id, [it]).get(dest, 0)
                 sent += max(0, done - have)
                 self.last = self._stats(sent, skipped, t0, resumed, len(items))
-                raise b.TransferInterrupted("rsync of %s for %s stopped (rc %s): %s" % (
+                raise backends.TransferInterrupted("rsync of %s for %s stopped (rc %s): %s" % (
                     it["name"], job_id, rc, err[-300:]), done_bytes=done)
             sent += it["size"] - have
         if todo:
@@ -182,7 +182,7 @@ class RsyncStager(b.Stager):
             bad = [it for it in todo if after.get(self._dest_of(job_id, it)) != it["sha256"]]
             if bad:
                 self.ssh("rm -f %s" % " ".join(shlex.quote(self._dest_of(job_id, it)) for it in bad))
-                raise b.TransferInterrupted("checksum mismatch after copy of %s; removed for a clean resend" % (
+                raise backends.TransferInterrupted("checksum mismatch after copy of %s; removed for a clean resend" % (
                     ", ".join(it["name"] for it in bad)), done_bytes=0)
             shared = [it for it in todo if it.get("shared")]
             if shared:
@@ -233,10 +233,10 @@ class RsyncStager(b.Stager):
     def ensure_image(self, job_id, image):
         name, path = image["name"], image.get("path")
         if not path or not os.path.isfile(path):
-            raise b.TransferInterrupted("image %s of %s: on-prem copy %r does not exist" % (name, job_id, path))
+            raise backends.TransferInterrupted("image %s of %s: on-prem copy %r does not exist" % (name, job_id, path))
         onprem = "sha256:" + file_sha256(path)
         if image.get("digest") and image["digest"] != onprem:
-            raise b.TransferInterrupted("image %s: on-prem copy %s has digest %s, the job class declares %s" % (
+            raise backends.TransferInterrupted("image %s: on-prem copy %s has digest %s, the job class declares %s" % (
                 name, path, onprem, image["digest"]))
         before = self._cached_digest(name)
         out = {"name": name, "onprem_digest": onprem, "cached_digest": before, "bytes_sent": 0,
@@ -249,13 +249,13 @@ class RsyncStager(b.Stager):
         dest = self.cached_image_path(name)
         rc, err = self._rsync([path], "%s@%s:%s" % (self.user, self.host, dest), ["--checksum"], resume=False)
         if rc != 0:
-            raise b.TransferInterrupted("cold pull of image %s for %s failed (rc %s): %s" % (
+            raise backends.TransferInterrupted("cold pull of image %s for %s failed (rc %s): %s" % (
                 name, job_id, rc, err[-300:]))
         after = self._cached_digest(name)
         secs = round(time.monotonic() - t0, 4)
         if after != onprem:
             self.ssh("rm -f %s" % shlex.quote(dest))
-            raise b.TransferInterrupted("image %s: cached digest %s after the pull, on-prem %s; removed" % (
+            raise backends.TransferInterrupted("image %s: cached digest %s after the pull, on-prem %s; removed" % (
                 name, after, onprem))
         out.update(outcome="cold_pull", verified_digest=after, bytes_sent=os.path.getsize(path), pull_seconds=secs)
         self.last_image = dict(out)
@@ -280,7 +280,7 @@ class RsyncStager(b.Stager):
         rc, err = self._rsync(["%s@%s:%s/" % (self.user, self.host, self.output_dir_remote(job_id, attempt))],
                               dest + "/", ["--checksum", "--delete"], port=port, resume=False)
         if rc != 0:
-            raise b.ReturnFailed("return copy of %s attempt %s failed (rc %s): %s" % (job_id, attempt, rc, err[-300:]))
+            raise backends.ReturnFailed("return copy of %s attempt %s failed (rc %s): %s" % (job_id, attempt, rc, err[-300:]))
         if self.corrupt_next:
             self.corrupt_next -= 1
             _flip_one_byte(dest)

@@ -8,8 +8,8 @@ local queue and run there, and its trace explains it.
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow import backends as b
-from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow import protocol as p
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow import backends
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow import protocol
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow.protocol import Dispatcher
 
 from ovf_world import INPUTS, Ids, World
@@ -119,9 +119,9 @@ class Sim(object):
                 w.cloud.advance(j)
                 w.disp.step(j)
                 self.check()
-                if w.local.state(j) == b.Q_QUEUED:
+                if w.local.state(j) == backends.Q_QUEUED:
                     w.local.start(j)
-                elif w.local.state(j) == b.Q_RUNNING:
+                elif w.local.state(j) == backends.Q_RUNNING:
                     w.local.finish(j)
                 self.check()
 
@@ -133,14 +133,14 @@ class Sim(object):
             live = w.cloud.live(j)
             assert not live, "%s still has a live cloud Job after settling" % j
             if w.tracker.commit_count(j) == 1:
-                assert trace["job"]["state"] == p.J_FINISHED
-                assert local == b.Q_WITHDRAWN
+                assert trace["job"]["state"] == protocol.J_FINISHED
+                assert local == backends.Q_WITHDRAWN
                 assert trace["verdict"]["cloud_resources_in_use"] == []
             else:
                 # not lost: it went back to the local queue and ran there
-                assert local == b.Q_DONE, "%s is %s locally with no commit" % (j, local)
+                assert local == backends.Q_DONE, "%s is %s locally with no commit" % (j, local)
                 if trace is not None:
-                    assert trace["job"]["state"] in (p.J_BACK_LOCAL, p.J_LOCAL_RUNNING, p.J_QUEUED, p.J_GONE)
+                    assert trace["job"]["state"] in (protocol.J_BACK_LOCAL, protocol.J_LOCAL_RUNNING, protocol.J_QUEUED, protocol.J_GONE)
                     assert trace["verdict"]["cloud_resources_in_use"] == []
 
 
