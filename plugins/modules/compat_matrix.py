@@ -114,12 +114,12 @@ matrix:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.hybridgpu.fleet.plugins.module_utils.preflight import matrix as m
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.preflight import matrix
 
 
 def run(params):
     """Module logic without Ansible: returns (result, failure_message_or_None)."""
-    result = m.build(
+    result = matrix.build(
         params["nodes"], cloud=params.get("cloud") or {}, job_image_cuda=params.get("job_image_cuda"),
         api_server_versions=params.get("api_server_versions") or {}, holds=params.get("holds") or {},
         boundary_status=params.get("boundary_status"),
@@ -151,7 +151,7 @@ def main():
     )
     try:
         result, failure = run(module.params)
-    except m.MatrixError as exc:
+    except matrix.MatrixError as exc:
         module.fail_json(msg="compat_matrix: bad input: %s" % exc)
     if failure:
         module.fail_json(msg=failure, matrix=result)

@@ -94,7 +94,7 @@ text:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import manifest as mf
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import manifest
 
 
 def main():
@@ -112,21 +112,21 @@ def main():
     )
     p = module.params
     try:
-        before = mf.load(p["path"])
-        after = mf.merge(before, p["node"], p["section"], p["artefacts"], p["facts"],
-                         p["pre_onboarding"], p["replace"])
-    except mf.ManifestError as err:
+        before = manifest.load(p["path"])
+        after = manifest.merge(before, p["node"], p["section"], p["artefacts"], p["facts"],
+                               p["pre_onboarding"], p["replace"])
+    except manifest.ManifestError as err:
         module.fail_json(msg="Manifest %s for node %s: %s" % (p["path"], p["node"], err))
-    text = mf.dumps(after)
-    changed = before is None or mf.dumps(before) != text
+    text = manifest.dumps(after)
+    changed = before is None or manifest.dumps(before) != text
     if changed and not module.check_mode:
         try:
-            mf.write(p["path"], after)
+            manifest.write(p["path"], after)
         except OSError as err:
             module.fail_json(msg="Cannot write manifest %s: %s" % (p["path"], err))
     result = dict(changed=changed, manifest=after, text=text)
     if changed and module._diff:
-        result["diff"] = dict(before=mf.dumps(before) if before else "", after=text,
+        result["diff"] = dict(before=manifest.dumps(before) if before else "", after=text,
                               before_header=p["path"], after_header=p["path"])
     module.exit_json(**result)
 

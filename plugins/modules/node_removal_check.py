@@ -52,7 +52,7 @@ health:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.hybridgpu.fleet.plugins.module_utils.lifecycle import removal as rm
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.lifecycle import removal
 
 
 def main():
@@ -62,11 +62,11 @@ def main():
     )
     p = module.params["plan"]
     try:
-        left = rm.node_leftovers(p)
-        health = rm.health(p)
+        left = removal.node_leftovers(p)
+        health = removal.health(p)
     except (KeyError, TypeError) as err:
         module.fail_json(msg="plan: missing or malformed field %s; pass node_removal_state's plan" % err)
-    except rm.NodeReadError as err:
+    except removal.NodeReadError as err:
         module.fail_json(msg="%s: cannot read the node's state, so it cannot be called clean: %s"
                          % (p.get("node"), err))
     if module.params["fail"] and (left or not health["ok"]):
