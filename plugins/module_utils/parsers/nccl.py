@@ -36,12 +36,12 @@ _PARAM_KEYS = {"nThread": "nthread", "nGpus": "ngpus", "minBytes": "min_bytes", 
 
 def _strip_prefix(line):
     """Remove an MPI tag or srun label. Returns (line, kind)."""
-    m = _MPI_TAG.match(line)
-    if m:
-        return line[m.end():], "mpirun"
-    m = _SRUN_LABEL.match(line)
-    if m and not re.match(r"^\s*\d+\s+\d", line):
-        return line[m.end():], "srun"
+    match = _MPI_TAG.match(line)
+    if match:
+        return line[match.end():], "mpirun"
+    match = _SRUN_LABEL.match(line)
+    if match and not re.match(r"^\s*\d+\s+\d", line):
+        return line[match.end():], "srun"
     return line, None
 
 
@@ -205,16 +205,16 @@ def summarize(parsed):
     the out-of-bounds verdict is not FAILED and every #wrong count is 0.
     """
     rows = parsed.get("rows", [])
-    halves = [r[h] for r in rows for h in ("out_of_place", "in_place")]
-    busbws = [(h["busbw"], r["size"]) for r in rows for h in (r["out_of_place"], r["in_place"])
-              if isinstance(h["busbw"], (int, float))]
-    wrong = [h["wrong"] for h in halves if h["wrong"] is not None]
-    na = sum(1 for h in halves if h["wrong"] is None and h["check_raw"] == "N/A")
-    errors = [h["error"] for h in halves if h["error"] is not None]
+    halves = [row[half] for row in rows for half in ("out_of_place", "in_place")]
+    busbws = [(half["busbw"], row["size"]) for row in rows for half in (row["out_of_place"], row["in_place"])
+              if isinstance(half["busbw"], (int, float))]
+    wrong = [half["wrong"] for half in halves if half["wrong"] is not None]
+    wrong_na = sum(1 for half in halves if half["wrong"] is None and half["check_raw"] == "N/A")
+    errors = [half["error"] for half in halves if half["error"] is not None]
     if parsed.get("avg_busbw") is not None:
         avg, source = parsed["avg_busbw"], "reported"
     elif busbws:
-        avg, source = sum(b for b, dummy in busbws) / len(busbws), "computed"
+        avg, source = sum(busbw for busbw, dummy in busbws) / len(busbws), "computed"
     else:
         avg, source = None, None
     best = max(busbws, key=lambda item: item[0]) if busbws else (None, None)
@@ -228,7 +228,7 @@ def summarize(parsed):
         "avg_busbw": avg,
         "avg_busbw_source": source,
         "total_wrong": total_wrong,
-        "wrong_na": na,
+        "wrong_na": wrong_na,
         "max_error": max(errors) if errors else None,
         "error": parsed.get("error"),
         "passed": passed,

@@ -130,8 +130,8 @@ def parse_query_csv(text, fields=None):
         result["header"] = True
         names = []
         for cell in first:
-            m = _HEADER_UNIT.match(cell)
-            name, unit = (m.group(1), m.group(2)) if m else (cell, None)
+            match = _HEADER_UNIT.match(cell)
+            name, unit = (match.group(1), match.group(2)) if match else (cell, None)
             names.append(name)
             result["units"][name] = unit
         if fields and list(fields) != names:
@@ -177,8 +177,8 @@ def _text(elem, path):
 def _mib(text):
     if text is None:
         return None
-    m = re.match(r"^(\d+)\s*MiB$", text)
-    return int(m.group(1)) if m else None
+    match = re.match(r"^(\d+)\s*MiB$", text)
+    return int(match.group(1)) if match else None
 
 
 def parse_xml(text):
@@ -224,16 +224,16 @@ def parse_xml(text):
             "mig_devices": [],
         }
         for dev in gpu.findall("mig_devices/mig_device"):
-            idx = _text(dev, "index")
-            gi = _text(dev, "gpu_instance_id")
-            ci = _text(dev, "compute_instance_id")
-            sm = _text(dev, "device_attributes/shared/multiprocessor_count")
+            mig_index = _text(dev, "index")
+            gi_id = _text(dev, "gpu_instance_id")
+            ci_id = _text(dev, "compute_instance_id")
+            sm_count = _text(dev, "device_attributes/shared/multiprocessor_count")
             entry["mig_devices"].append({
-                "index": int(idx) if idx and idx.isdigit() else None,
-                "gi_id": int(gi) if gi and gi.isdigit() else None,
-                "ci_id": int(ci) if ci and ci.isdigit() else None,
+                "index": int(mig_index) if mig_index and mig_index.isdigit() else None,
+                "gi_id": int(gi_id) if gi_id and gi_id.isdigit() else None,
+                "ci_id": int(ci_id) if ci_id and ci_id.isdigit() else None,
                 "memory_total_mib": _mib(_text(dev, "fb_memory_usage/total")),
-                "sm": int(sm) if sm and sm.isdigit() else None,
+                "sm": int(sm_count) if sm_count and sm_count.isdigit() else None,
             })
         result["gpus"].append(entry)
     if result["attached_gpus"] is not None and result["attached_gpus"] != len(result["gpus"]):
@@ -252,14 +252,14 @@ def summarize_gpus(rows):
     its weakest GPU), mig_mode ("Enabled" if any GPU has MIG on, "Disabled" if all
     report Disabled, None when the tool reports N/A for all)}.
     """
-    names = sorted(set(r.get("name") for r in rows if r.get("name")))
-    memories = [r.get("memory_mib") for r in rows if isinstance(r.get("memory_mib"), int)]
-    modes = [r.get("mig_mode") for r in rows]
-    if any(m == "Enabled" for m in modes):
+    names = sorted(set(row.get("name") for row in rows if row.get("name")))
+    memories = [row.get("memory_mib") for row in rows if isinstance(row.get("memory_mib"), int)]
+    modes = [row.get("mig_mode") for row in rows]
+    if any(mode == "Enabled" for mode in modes):
         mig = "Enabled"
-    elif modes and all(m == "Disabled" for m in modes):
+    elif modes and all(mode == "Disabled" for mode in modes):
         mig = "Disabled"
-    elif any(m == "Disabled" for m in modes):
+    elif any(mode == "Disabled" for mode in modes):
         mig = "Disabled"
     else:
         mig = None

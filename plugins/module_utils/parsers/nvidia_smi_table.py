@@ -29,7 +29,7 @@ def _cells(line):
     parts = line.split("|")
     if len(parts) < 3:
         return []
-    return [p.strip() for p in parts[1:-1]]
+    return [part.strip() for part in parts[1:-1]]
 
 
 def _int_or_none(text):
@@ -220,6 +220,6 @@ def _mig_record(record, result):
     bar1 = _MIB_PAIR.search(record[1][1]) if len(record) > 1 and len(record[1]) > 1 else None
     dev["bar1_used_mib"] = int(bar1.group(1)) if bar1 else None
     dev["bar1_total_mib"] = int(bar1.group(2)) if bar1 else None
-    sm = first[2].split() if len(first) > 2 else []
-    dev["sm"] = _int_or_none(sm[0]) if sm else None
+    sm_words = first[2].split() if len(first) > 2 else []
+    dev["sm"] = _int_or_none(sm_words[0]) if sm_words else None
     result["mig_devices"].append(dev)

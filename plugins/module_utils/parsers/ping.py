@@ -67,7 +67,7 @@ def parse(text):
             continue
         elif not _read_line(line, result):
             result["unparsed"].append(line)
-    result["truncated"] = any(r["truncated"] for r in result["replies"])
+    result["truncated"] = any(reply["truncated"] for reply in result["replies"])
     _verdict(result)
     return result
 
@@ -150,14 +150,14 @@ def _read_line(line, result):
 
 
 def _verdict(result):
-    frag = [f["mtu"] for f in result["frag_needed"]]
-    local = [e["mtu"] for e in result["local_errors"]]
+    frag = [hop["mtu"] for hop in result["frag_needed"]]
+    local = [error["mtu"] for error in result["local_errors"]]
     if frag:
         result["verdict"], result["mtu"] = "frag_needed", min(frag)
     elif result["windows_df_error"]:
         result["verdict"], result["mtu"] = "frag_needed", None
     elif result["local_errors"]:
-        known = [m for m in local if m is not None]
+        known = [mtu for mtu in local if mtu is not None]
         result["verdict"], result["mtu"] = "local_error", (min(known) if known else None)
     elif result["replies"] or (result["received"] or 0) > 0:
         result["verdict"] = "ok"

@@ -6,20 +6,20 @@ from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow.tracker i
 
 class Clock(object):
     def __init__(self, start=1_700_000_000.0):
-        self.t = start
+        self.now = start
 
     def __call__(self):
-        self.t += 0.001
-        return self.t
+        self.now += 0.001
+        return self.now
 
 
 class Ids(object):
     def __init__(self):
-        self.n = 0
+        self.count = 0
 
     def __call__(self):
-        self.n += 1
-        return "att-%d" % self.n
+        self.count += 1
+        return "att-%d" % self.count
 
 
 class World(object):
