@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: hybridgpu.fleet contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Change-managed node removal driven by the onboarding manifest (issue 5).
+"""Change-managed node removal driven by the onboarding manifest.
 
 - plan(): what each removal phase undoes, computed from the manifest only, so removal
   touches exactly what onboarding added.

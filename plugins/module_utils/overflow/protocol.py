@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 """Exactly-once dispatch of a queued local job to the cloud cluster. Backend-agnostic.
 
-Rules (issue 6, "Dispatch protocol"):
+Rules:
 1. Hold the local entry before the cloud submission goes out, keeping the job ID.
    If the job already started locally, abandon: nothing goes to the cloud.
 2. Submit under a name derived from the job ID, labelled with job ID and attempt ID.

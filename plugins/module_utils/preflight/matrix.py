@@ -36,7 +36,7 @@ HOLD_REASONS = ("air_gapped", "shared_non_ai_production", "hardware_generation_f
                 "hardware_generation_unknown", "unsigned_boundary")
 
 DEFAULT_CLOUD = {
-    # Seed 003: default OS image Ubuntu 22.04 x86 64-bit, H200 workers.
+    # The managed cloud cluster's default: Ubuntu 22.04 x86 64-bit OS image, H200 workers.
     "name": "cloud",
     "os_image": "Ubuntu 22.04 x86_64",
     "worker_spec": {"gpu_model": "NVIDIA H200", "gpu_count": 8},

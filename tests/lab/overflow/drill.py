@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The overflow failure drill in the lab (issue 6), for both local queue backends.
+"""The overflow failure drill in the lab, for both local queue backends.
 
     drill.py --out DIR [--backend slurm|kubernetes ...] [--class small-input ...]
              [--failure NAME ...] [--min-runs 4] [--max-runs 8] [--no-spread] [--no-checkpoint]

@@ -1,4 +1,4 @@
-"""Image digests before submit (issue 6, "Images"): cached when the cloud pool's copy has the on-prem
+"""Image digests before submit: cached when the cloud pool's copy has the on-prem
 digest, a verified cold pull otherwise, both digests in the attempt log."""
 import json
 
