@@ -117,8 +117,8 @@ problems:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import approval as ap
-from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import schema as s
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import approval
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import schema
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.common.boundary import load_boundary
 
 
@@ -127,7 +127,7 @@ def _read(path, what):
         with open(path, "r", encoding="utf-8") as fh:
             return fh.read()
     except (IOError, OSError) as exc:
-        raise ap.ApprovalError(["%s: cannot read %s: %s" % (what, path, exc.strerror or exc)])
+        raise approval.ApprovalError(["%s: cannot read %s: %s" % (what, path, exc.strerror or exc)])
 
 
 def run(params):
@@ -144,16 +144,16 @@ def run(params):
         if params.get("record_path") or params.get("signature_path"):
             try:
                 signature = _read(sig_path, "signature")
-            except ap.ApprovalError:
-                raise ap.ApprovalError(["unsigned: no signature file %s (an approver signs with "
-                                        "bin/hgpu-sign-change sign RECORD --key KEY)" % sig_path])
+            except approval.ApprovalError:
+                raise approval.ApprovalError(["unsigned: no signature file %s (an approver signs with "
+                                              "bin/hgpu-sign-change sign RECORD --key KEY)" % sig_path])
     now = None
     if params.get("now"):
-        now = s.parse_timestamp(params["now"])
+        now = schema.parse_timestamp(params["now"])
         if now is None:
-            raise ap.ApprovalError(["now: %r is not an ISO 8601 time" % params["now"]])
-    return ap.check(boundary, text, signature or "", params["action"], params["targets"],
-                    now=now, executor=params.get("executor"), filename=name)
+            raise approval.ApprovalError(["now: %r is not an ISO 8601 time" % params["now"]])
+    return approval.check(boundary, text, signature or "", params["action"], params["targets"],
+                          now=now, executor=params.get("executor"), filename=name)
 
 
 def main():
@@ -175,10 +175,10 @@ def main():
     )
     try:
         result = run(module.params)
-    except ap.ApprovalError as exc:
+    except approval.ApprovalError as exc:
         module.fail_json(msg="%s. Nothing was changed." % exc, problems=exc.problems,
                          change_id=exc.change_id)
-    except s.SchemaError as exc:
+    except schema.SchemaError as exc:
         module.fail_json(msg="boundary %s is invalid: %s" % (module.params["boundary"], exc),
                          problems=exc.errors)
     module.exit_json(changed=False, approval=result)

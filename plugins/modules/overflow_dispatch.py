@@ -282,6 +282,7 @@ snapshot:
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import k8s
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.common.k8s_module import K8S_AUTH_ARG_SPEC
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow import backends, dispatch_run, jobclass
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow.slurm_backend import SlurmError

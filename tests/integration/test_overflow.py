@@ -1,4 +1,4 @@
-"""Overflow (issue 6) in the lab, for both local queue backends (Slurm on site-sched, Jobs on the
+"""Overflow in the lab, for both local queue backends (Slurm on site-sched, Jobs on the
 onprem emulator): real holds, real rsync staging to cloud-storage, real cloud Jobs run by the node
 agent, every drill failure injected once per movable class, the restricted control, the
 checkpoint resume and the operator playbook. Each scenario restores what it changed."""

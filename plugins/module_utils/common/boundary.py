@@ -3,9 +3,9 @@
 """The written access boundary: schema, cross-reference checks, signature status, helpers.
 
 A boundary file names people once (``people``) and refers to them by id everywhere else,
-so a typo such as an approver "bob" who is not in ``people`` is caught. Later issues use
-the helpers on :class:`Boundary`: allowed_agents(), egress_allowlist(), approvers_for(),
-needs_approval(), four_eyes().
+so a typo such as an approver "bob" who is not in ``people`` is caught. Onboarding, approval
+and removal use the helpers on :class:`Boundary`: allowed_agents(), egress_allowlist(),
+approvers_for(), needs_approval(), four_eyes().
 """
 from __future__ import absolute_import, division, print_function
 
@@ -89,8 +89,8 @@ def _person():
         "name": s.Field(s.Str(), required=False),
         "email": s.Field(s.Str(r"^[^@\s]+@[^@\s]+$", hint="an e-mail address"), required=False),
         "organisation": s.Field(s.Str(), required=False),
-        # Public keys ("ssh-ed25519 AAAA... comment") a person signs change records with
-        # (issue 5); the approval gate derives its allowed_signers file from these.
+        # Public keys ("ssh-ed25519 AAAA... comment") a person signs change records with;
+        # the approval gate derives its allowed_signers file from these.
         "ssh_keys": s.Field(s.ListOf(s.Custom(_ssh_public_key), unique=True), required=False,
                             default=list),
     })
@@ -171,8 +171,8 @@ SPEC = s.Map({
         "signer": s.Field(s.Str(ID_PATTERN, hint="a person id"), required=False),
         "signed_at": s.Field(s.Timestamp(), required=False),
         "expires": s.Field(s.Timestamp(), required=False),
-        # Reference to an `ssh-keygen -Y sign` signature; verified by the approval work
-        # (issue 5). Here it is only recorded.
+        # Reference to an `ssh-keygen -Y sign` signature of the boundary itself; recorded,
+        # not verified (status() reports it as "ssh_signature_pending").
         "ssh_signature": s.Field(s.Map({
             "file": s.Field(s.Str()),
             "namespace": s.Field(s.Str()),
@@ -249,7 +249,7 @@ def _cross_check(doc, filename):
 
 
 class Boundary:
-    """A validated boundary document plus the helpers later issues rely on."""
+    """A validated boundary document plus the helpers onboarding, approval and removal use."""
 
     def __init__(self, doc, filename):
         self.doc = doc
@@ -280,7 +280,7 @@ class Boundary:
             "signer": sig.get("signer"),
             "signed_at": _iso(sig.get("signed_at")),
             "expires": _iso(sig.get("expires")),
-            # Only a declared signature today; issue 5 verifies ssh_signature for real.
+            # The signature is taken as declared; an ssh_signature reference is not verified here.
             "verification": "ssh_signature_pending" if sig.get("ssh_signature") else "declared",
             "applies_to": {"nodes": sorted(self.doc["applies_to"]["nodes"]),
                            "groups": sorted(self.doc["applies_to"]["groups"])},
@@ -290,7 +290,7 @@ class Boundary:
         scope = self.doc["applies_to"]
         return node in scope["nodes"] or (group is not None and group in scope["groups"])
 
-    # --- helpers for later issues ----------------------------------------------------
+    # --- helpers for onboarding, approval and removal --------------------------------
     def allowed_agents(self):
         return [dict(a) for a in sorted(self.doc["agents"], key=lambda a: a["name"])]
 

@@ -29,7 +29,7 @@ Two classes may not declare the same `slurm` match.
 """
 from __future__ import annotations
 
-from . import timemodel as tm
+from . import timemodel
 
 # field -> (kind, required)
 CLASS_FIELDS = {
@@ -70,11 +70,11 @@ class JobClassError(ValueError):
 
 def _convert(kind, value):
     if kind == "size":
-        return tm.parse_size(value)
+        return timemodel.parse_size(value)
     if kind == "rate":
-        return tm.parse_rate(value)
+        return timemodel.parse_rate(value)
     if kind == "duration":
-        return tm.parse_duration(value)
+        return timemodel.parse_duration(value)
     if kind == "bool":
         if not isinstance(value, bool):
             raise ValueError("must be true or false, not %r" % (value,))

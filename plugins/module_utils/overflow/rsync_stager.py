@@ -35,7 +35,7 @@ import shlex
 import subprocess
 import time
 
-from . import backends as b
+from . import backends
 from .remote import UnsafeName, check_name, command, ssh_options
 
 
@@ -72,7 +72,7 @@ def parse_sha256sum(text):
     return out
 
 
-class RsyncStager(b.Stager):
+class RsyncStager(backends.Stager):
     def __init__(self, host, ssh_key, onprem_root, remote_root="/srv/cloud-storage", user="root",
                  ssh_port=22, timeout=600, image_cache=None, known_hosts=None):
         self.host = host
@@ -101,7 +101,7 @@ class RsyncStager(b.Stager):
         res = subprocess.run(self._ssh_base() + ["%s@%s" % (self.user, self.host), command],
                              capture_output=True, text=True, timeout=self.timeout, check=False)
         if check and res.returncode != 0:
-            raise b.TransferInterrupted("ssh %s: %s failed (rc %d): %s" % (
+            raise backends.TransferInterrupted("ssh %s: %s failed (rc %d): %s" % (
                 self.host, command[:80], res.returncode, res.stderr.strip()[-300:]))
         return res
 
@@ -150,12 +150,12 @@ class RsyncStager(b.Stager):
 
     def stage_inputs(self, job_id, inputs):
         t0 = time.monotonic()
-        self._names(b.TransferInterrupted, ("job ID", job_id),
+        self._names(backends.TransferInterrupted, ("job ID", job_id),
                     *[("dataset name" if it.get("shared") else "input name", it.get("name")) for it in inputs])
         items = []
         for it in inputs:
             if not it.get("path") or not os.path.isfile(it["path"]):
-                raise b.TransferInterrupted("input %r of %s: local file %r does not exist" % (
+                raise backends.TransferInterrupted("input %r of %s: local file %r does not exist" % (
                     it.get("name"), job_id, it.get("path")))
             items.append(dict(it, sha256=file_sha256(it["path"]), size=os.path.getsize(it["path"])))
         manifest, remote = self._remote_state(job_id, items)
@@ -187,7 +187,7 @@ class RsyncStager(b.Stager):
                 done = self._partial_sizes(job_id, [it]).get(dest, 0)
                 sent += max(0, done - have)
                 self.last = self._stats(sent, skipped, t0, resumed, len(items))
-                raise b.TransferInterrupted("rsync of %s for %s stopped (rc %s): %s" % (
+                raise backends.TransferInterrupted("rsync of %s for %s stopped (rc %s): %s" % (
                     it["name"], job_id, rc, err[-300:]), done_bytes=done)
             sent += it["size"] - have
         if todo:
@@ -195,7 +195,7 @@ class RsyncStager(b.Stager):
             bad = [it for it in todo if after.get(self._dest_of(job_id, it)) != it["sha256"]]
             if bad:
                 self.ssh("rm -f %s" % " ".join(shlex.quote(self._dest_of(job_id, it)) for it in bad))
-                raise b.TransferInterrupted("checksum mismatch after copy of %s; removed for a clean resend" % (
+                raise backends.TransferInterrupted("checksum mismatch after copy of %s; removed for a clean resend" % (
                     ", ".join(it["name"] for it in bad)), done_bytes=0)
             shared = [it for it in todo if it.get("shared")]
             if shared:
@@ -247,12 +247,12 @@ class RsyncStager(b.Stager):
 
     def ensure_image(self, job_id, image):
         name, path = image["name"], image.get("path")
-        self._names(b.TransferInterrupted, ("job ID", job_id), ("image name", name.strip("/").replace("/", "_")))
+        self._names(backends.TransferInterrupted, ("job ID", job_id), ("image name", name.strip("/").replace("/", "_")))
         if not path or not os.path.isfile(path):
-            raise b.TransferInterrupted("image %s of %s: on-prem copy %r does not exist" % (name, job_id, path))
+            raise backends.TransferInterrupted("image %s of %s: on-prem copy %r does not exist" % (name, job_id, path))
         onprem = "sha256:" + file_sha256(path)
         if image.get("digest") and image["digest"] != onprem:
-            raise b.TransferInterrupted("image %s: on-prem copy %s has digest %s, the job class declares %s" % (
+            raise backends.TransferInterrupted("image %s: on-prem copy %s has digest %s, the job class declares %s" % (
                 name, path, onprem, image["digest"]))
         before = self._cached_digest(name)
         out = {"name": name, "onprem_digest": onprem, "cached_digest": before, "bytes_sent": 0,
@@ -265,13 +265,13 @@ class RsyncStager(b.Stager):
         dest = self.cached_image_path(name)
         rc, err = self._rsync([path], "%s@%s:%s" % (self.user, self.host, dest), ["--checksum"], resume=False)
         if rc != 0:
-            raise b.TransferInterrupted("cold pull of image %s for %s failed (rc %s): %s" % (
+            raise backends.TransferInterrupted("cold pull of image %s for %s failed (rc %s): %s" % (
                 name, job_id, rc, err[-300:]))
         after = self._cached_digest(name)
         secs = round(time.monotonic() - t0, 4)
         if after != onprem:
             self.ssh("rm -f %s" % shlex.quote(dest))
-            raise b.TransferInterrupted("image %s: cached digest %s after the pull, on-prem %s; removed" % (
+            raise backends.TransferInterrupted("image %s: cached digest %s after the pull, on-prem %s; removed" % (
                 name, after, onprem))
         out.update(outcome="cold_pull", verified_digest=after, bytes_sent=os.path.getsize(path), pull_seconds=secs)
         self.last_image = dict(out)
@@ -287,7 +287,7 @@ class RsyncStager(b.Stager):
 
     def fetch_outputs(self, job_id, cloud_job):
         attempt = cloud_job.attempt_id
-        self._names(b.ReturnFailed, ("job ID", job_id), ("attempt ID", attempt))
+        self._names(backends.ReturnFailed, ("job ID", job_id), ("attempt ID", attempt))
         dest = os.path.join(self.onprem_root, job_id, attempt)
         os.makedirs(dest, exist_ok=True)
         port = None
@@ -297,7 +297,7 @@ class RsyncStager(b.Stager):
         rc, err = self._rsync(["%s@%s:%s/" % (self.user, self.host, self.output_dir_remote(job_id, attempt))],
                               dest + "/", ["--checksum", "--delete"], port=port, resume=False)
         if rc != 0:
-            raise b.ReturnFailed("return copy of %s attempt %s failed (rc %s): %s" % (job_id, attempt, rc, err[-300:]))
+            raise backends.ReturnFailed("return copy of %s attempt %s failed (rc %s): %s" % (job_id, attempt, rc, err[-300:]))
         if self.corrupt_next:
             self.corrupt_next -= 1
             _flip_one_byte(dest)

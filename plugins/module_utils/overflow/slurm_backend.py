@@ -27,7 +27,7 @@ import tempfile
 import time
 
 from ..parsers import slurm
-from . import backends as b
+from . import backends
 from . import jobclass
 from .remote import UnsafeName, check_name, command, is_safe, ssh_options
 from .trigger import QueueJob, QueueSnapshot
@@ -72,7 +72,7 @@ def _comment(fields):
     return " ".join("%s=%s" % kv for kv in sorted(fields.items()))
 
 
-class SlurmLocalQueue(b.LocalQueue):
+class SlurmLocalQueue(backends.LocalQueue):
     """`classes` (job class name -> settings from jobclass.load) gives GPU count and type per job."""
 
     def __init__(self, host, ssh_key, user="root", classes=None, timeout=60, known_hosts=None):
@@ -128,18 +128,18 @@ class SlurmLocalQueue(b.LocalQueue):
     @staticmethod
     def _state_of(row):
         if row is None:
-            return b.Q_GONE
+            return backends.Q_GONE
         c = row["comment"]
         if "ovf-withdrawn" in c:
-            return b.Q_WITHDRAWN
+            return backends.Q_WITHDRAWN
         st = row["state"]
         if st == "PENDING":
-            return b.Q_HELD if (row["held"] and "ovf-hold" in c) else b.Q_QUEUED
+            return backends.Q_HELD if (row["held"] and "ovf-hold" in c) else backends.Q_QUEUED
         if st in ("RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED", "STOPPED"):
-            return b.Q_RUNNING
+            return backends.Q_RUNNING
         if st in ("COMPLETED", "FAILED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL"):
-            return b.Q_DONE
-        return b.Q_GONE         # cancelled by someone else, or vanished
+            return backends.Q_DONE
+        return backends.Q_GONE         # cancelled by someone else, or vanished
 
     def state(self, job_id):
         return self._state_of(self._find(job_id))
@@ -165,12 +165,12 @@ class SlurmLocalQueue(b.LocalQueue):
     def hold(self, job_id):
         row = self._find(job_id)
         st = self._state_of(row)
-        if st in (b.Q_GONE, b.Q_WITHDRAWN):
-            return b.GONE
-        if st in (b.Q_RUNNING, b.Q_DONE):
-            return b.ALREADY_STARTED
-        if st == b.Q_HELD:
-            return b.HELD
+        if st in (backends.Q_GONE, backends.Q_WITHDRAWN):
+            return backends.GONE
+        if st in (backends.Q_RUNNING, backends.Q_DONE):
+            return backends.ALREADY_STARTED
+        if st == backends.Q_HELD:
+            return backends.HELD
         c = dict(row["comment"], **{"ovf-hold": "%d" % time.time()})
         # Slurm refuses to hold a job that has started: that answer decides, in the same round trip.
         sid = _slurm_id(row)
@@ -178,17 +178,17 @@ class SlurmLocalQueue(b.LocalQueue):
                                               command("scontrol", "update", "jobid=" + sid, "comment=" + _comment(c))),
                                 check=False)
         if rc == 0:
-            return b.HELD
+            return backends.HELD
         after = self._state_of(self._find(job_id))
-        if after in (b.Q_RUNNING, b.Q_DONE):
-            return b.ALREADY_STARTED
-        if after in (b.Q_GONE, b.Q_WITHDRAWN):
-            return b.GONE
+        if after in (backends.Q_RUNNING, backends.Q_DONE):
+            return backends.ALREADY_STARTED
+        if after in (backends.Q_GONE, backends.Q_WITHDRAWN):
+            return backends.GONE
         raise SlurmError("scontrol hold of %s (%s) failed: %s" % (job_id, row["slurm_id"], (err or out).strip()))
 
     def release(self, job_id):
         row = self._find(job_id)
-        if self._state_of(row) != b.Q_HELD:
+        if self._state_of(row) != backends.Q_HELD:
             return False
         c = dict(row["comment"])
         c.pop("ovf-hold", None)
@@ -199,7 +199,7 @@ class SlurmLocalQueue(b.LocalQueue):
 
     def withdraw(self, job_id):
         row = self._find(job_id)
-        if self._state_of(row) != b.Q_HELD:
+        if self._state_of(row) != backends.Q_HELD:
             return False
         c = dict(row["comment"], **{"ovf-withdrawn": "%d" % time.time()})
         sid = _slurm_id(row)
@@ -228,12 +228,12 @@ class SlurmLocalQueue(b.LocalQueue):
             cls = self.classes.get(cls_name, {})
             st = self._state_of(r)
             gpus, gtype = int(cls.get("gpus", 1)), cls.get("gpu_type")
-            if st == b.Q_RUNNING and gtype:
+            if st == backends.Q_RUNNING and gtype:
                 used[gtype] = used.get(gtype, 0) + gpus
-            if st not in (b.Q_QUEUED, b.Q_HELD, b.Q_RUNNING) or not cls_name:
+            if st not in (backends.Q_QUEUED, backends.Q_HELD, backends.Q_RUNNING) or not cls_name:
                 continue
             start = r["start"] if r["start"] and r["start"] - now < FAR else None
-            state = {b.Q_QUEUED: "pending", b.Q_HELD: "held", b.Q_RUNNING: "running"}[st]
+            state = {backends.Q_QUEUED: "pending", backends.Q_HELD: "held", backends.Q_RUNNING: "running"}[st]
             jobs.append(QueueJob(r["name"], cls_name, r["submit"] or now, state, gpus, gtype,
                                  expected_start=start if state == "pending" else None))
         total = dict(total_gpus or {})

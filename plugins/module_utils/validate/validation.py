@@ -132,19 +132,19 @@ def reference_verdict(owned, cloud, compare="checksum", tolerance=1e-6):
     if compare not in ("checksum", "metric"):
         raise ValidationError("compare must be checksum or metric, got %r" % compare)
     reasons = []
-    a, b = owned["result"], cloud["result"]
+    owned_result, cloud_result = owned["result"], cloud["result"]
     for key in ("seed", "samples", "features", "steps", "lr", "precision"):
-        if a.get(key) != b.get(key):
-            reasons.append("input %s differs: %s on %s, %s on %s" % (key, a.get(key), owned["node"],
-                                                                     b.get(key), cloud["node"]))
+        if owned_result.get(key) != cloud_result.get(key):
+            reasons.append("input %s differs: %s on %s, %s on %s" % (key, owned_result.get(key), owned["node"],
+                                                                     cloud_result.get(key), cloud["node"]))
     if owned.get("image") != cloud.get("image"):
         reasons.append("image differs: %s vs %s" % (owned.get("image"), cloud.get("image")))
-    loss_a, loss_b = float(a["loss"]), float(b["loss"])
+    loss_a, loss_b = float(owned_result["loss"]), float(cloud_result["loss"])
     rel = abs(loss_a - loss_b) / max(abs(loss_b), 1e-12)
-    same_checksum = a.get("checksum") == b.get("checksum")
+    same_checksum = owned_result.get("checksum") == cloud_result.get("checksum")
     if compare == "checksum" and not same_checksum:
-        reasons.append("checksum differs: %s on %s, %s on %s" % (a.get("checksum"), owned["node"],
-                                                                 b.get("checksum"), cloud["node"]))
+        reasons.append("checksum differs: %s on %s, %s on %s" % (owned_result.get("checksum"), owned["node"],
+                                                                 cloud_result.get("checksum"), cloud["node"]))
     if compare == "metric" and rel > tolerance:
         reasons.append("loss differs by %.3g (relative), above tolerance %.3g: %.9g on %s, %.9g on %s"
                        % (rel, tolerance, loss_a, owned["node"], loss_b, cloud["node"]))
@@ -170,11 +170,11 @@ def baseline_from_summaries(summaries, margin=0.10):
     if not summaries:
         raise ValidationError("no NCCL runs to build a baseline from")
     values = []
-    for i, s in enumerate(summaries):
-        if not s.get("passed") or s.get("avg_busbw") is None:
+    for i, summary in enumerate(summaries):
+        if not summary.get("passed") or summary.get("avg_busbw") is None:
             raise ValidationError("baseline run %d did not pass (wrong=%s, error=%s)"
-                                  % (i, s.get("total_wrong"), s.get("error")))
-        values.append(float(s["avg_busbw"]))
+                                  % (i, summary.get("total_wrong"), summary.get("error")))
+        values.append(float(summary["avg_busbw"]))
     return {"metric": "avg_busbw_gbps", "low": round(min(values) * (1 - margin), 3),
             "high": round(max(values) * (1 + margin), 3), "measured": values, "margin": margin}
 
