@@ -24,9 +24,8 @@ import fcntl
 import hashlib
 import json
 import os
-import subprocess
 
-from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import audit_anchor
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import audit_anchor, cmd
 
 GENESIS = "0" * 64
 FIELDS = ("change_id", "approver", "executor", "target", "action", "result")
@@ -182,7 +181,7 @@ def _anchor_locked(path, entry, anchors_path, checkpoint_key, checkpoint_every, 
             try:
                 checkpoint = audit_anchor.checkpoint_record(checkpoint_key, seq, hash_, _now())
                 audit_anchor.write(anchors_path, checkpoint)
-            except (audit_anchor.AnchorError, OSError, subprocess.SubprocessError) as exc:
+            except (audit_anchor.AnchorError, OSError, cmd.CommandError) as exc:
                 checkpoint = None
                 warnings.append("audit head seq %d was not checkpointed in %s: %s" % (seq, anchors_path, exc))
     sent = False
@@ -190,7 +189,7 @@ def _anchor_locked(path, entry, anchors_path, checkpoint_key, checkpoint_every, 
         try:
             audit_anchor.send_syslog(audit_anchor.syslog_text(path, seq, hash_), syslog_socket)
             sent = True
-        except (audit_anchor.AnchorError, OSError, subprocess.SubprocessError) as exc:
+        except (audit_anchor.AnchorError, OSError, cmd.CommandError) as exc:
             warnings.append("audit head seq %d (hash %s) was not sent to syslog: %s" % (seq, hash_, exc))
     return checkpoint, sent, warnings
 
@@ -294,32 +293,6 @@ def _result(ok, count, prev_hash, bad=None, **extra):
     return res
 
 
-def _check_anchors(records, hashes, anchors_path, allowed_signers):
-    """The first anchor the log contradicts, as (kind, line, seq, problem), and the signers seen."""
-    count = len(hashes)
-    signers = []
-    for rec in records:
-        seq = rec["seq"]
-        if 1 <= seq <= count and hashes[seq - 1] != rec["hash"]:
-            return ("rewritten", seq, seq, "rewritten: line %d has hash %s but %s line %d anchored %s at %s (the log "
-                    "was rewritten)" % (seq, hashes[seq - 1], anchors_path, rec["line"], rec["hash"], rec.get("time"))), signers
-    for rec in records:
-        if rec["type"] != "checkpoint" or not allowed_signers:
-            continue
-        try:
-            signers.append(audit_anchor.verify_checkpoint(rec, allowed_signers))
-        except (audit_anchor.AnchorError, OSError, subprocess.SubprocessError) as exc:
-            seq = rec["seq"]
-            return ("rewritten", min(seq, count + 1), seq, "rewritten: the checkpoint at seq %d (%s line %d) "
-                    "does not verify against %s: %s" % (seq, anchors_path, rec["line"], allowed_signers, exc)), signers
-    top = max(records, key=lambda r: r["seq"]) if records else None
-    if top and top["seq"] > count:
-        return ("truncated", count + 1, count + 1, "truncated: %s line %d anchored the head at seq %d (hash %s) "
-                "but the log ends at seq %d (lines were cut off the end)"
-                % (anchors_path, top["line"], top["seq"], top["hash"], count)), signers
-    return None, signers
-
-
 def verify(path, head=None, anchors=None, allowed_signers=None):
     """Check the whole chain, then the log against its anchors.
 
@@ -379,7 +352,7 @@ def verify(path, head=None, anchors=None, allowed_signers=None):
             prev_hash, expect_seq = entry["hash"], expect_seq + 1
             hashes.append(prev_hash)
     count = len(hashes)
-    found, summary["signers"] = _check_anchors(records, hashes, anchors_path, allowed_signers)
+    found, summary["signers"] = audit_anchor.contradiction(records, hashes, anchors_path, allowed_signers)
     if found:
         kind, line, seq, problem = found
         return _result(False, count, prev_hash, {"line": line, "seq": seq, "problem": problem, "kind": kind}, **extra)

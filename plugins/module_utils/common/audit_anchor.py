@@ -23,8 +23,9 @@ import json
 import os
 import shutil
 import socket
-import subprocess
 import tempfile
+
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import cmd
 
 NAMESPACE = "hybridgpu.fleet-audit"
 TAG = "hybridgpu-audit"
@@ -108,8 +109,7 @@ def _keygen(args, data=None, timeout=30):
     exe = shutil.which("ssh-keygen")
     if not exe:
         raise AnchorError("ssh-keygen is not installed on the control host (install openssh-client)")
-    env = dict(os.environ, LANG="C", LC_ALL="C")
-    return subprocess.run([exe] + args, input=data, capture_output=True, timeout=timeout, env=env, check=False)
+    return cmd.run([exe] + args, data=data, timeout=timeout, ok=cmd.ANY_STATUS)
 
 
 def sign(key, message):
@@ -117,11 +117,9 @@ def sign(key, message):
     if not os.path.exists(key):
         raise AnchorError("checkpoint key %s does not exist" % key)
     res = _keygen(["-Y", "sign", "-q", "-f", key, "-n", NAMESPACE], data=message)
-    text = res.stdout.decode("utf-8", "replace")
-    if res.returncode != 0 or "BEGIN SSH SIGNATURE" not in text:
-        raise AnchorError("ssh-keygen -Y sign with %s failed: %s"
-                          % (key, res.stderr.decode("utf-8", "replace").strip() or "no signature"))
-    return text
+    if res.rc != 0 or "BEGIN SSH SIGNATURE" not in res.out:
+        raise AnchorError("ssh-keygen -Y sign with %s failed: %s" % (key, res.err.strip() or "no signature"))
+    return res.out
 
 
 def checkpoint_record(key, seq, hash_, when):
@@ -144,13 +142,13 @@ def verify_checkpoint(record, allowed_signers):
         with open(sig, "w") as fh:
             fh.write(signature if signature.endswith("\n") else signature + "\n")
         found = _keygen(["-Y", "find-principals", "-s", sig, "-f", allowed_signers, "-n", NAMESPACE])
-        principals = found.stdout.decode("utf-8", "replace").split()
-        if found.returncode != 0 or not principals:
+        principals = found.out.split()
+        if found.rc != 0 or not principals:
             raise AnchorError("made by a key that is not in %s under the namespace %s" % (allowed_signers, NAMESPACE))
         for principal in principals:
             res = _keygen(["-Y", "verify", "-f", allowed_signers, "-I", principal, "-n", NAMESPACE, "-s", sig],
                           data=message)
-            if res.returncode == 0:
+            if res.rc == 0:
                 return principal
         raise AnchorError("does not match seq %d, hash %s (signed by %s over other content)"
                           % (record["seq"], record["hash"], ", ".join(principals)))
@@ -183,9 +181,35 @@ def send_syslog(message, socket_path=SYSLOG_SOCKET):
         if not exe:
             errors.append("logger is not installed")
         else:
-            res = subprocess.run([exe, "-t", TAG, "--", message], capture_output=True, timeout=10, check=False,
-                                 env=dict(os.environ, LANG="C", LC_ALL="C"))
-            if res.returncode == 0:
+            try:
+                cmd.run([exe, "-t", TAG, "--", message], timeout=10)
                 return
-            errors.append("logger: %s" % (res.stderr.decode("utf-8", "replace").strip() or "exit %d" % res.returncode))
+            except cmd.CommandError as exc:
+                errors.append("logger: %s" % exc)
     raise AnchorError("; ".join(errors))
+
+
+def contradiction(records, hashes, anchors_path, allowed_signers):
+    """The first anchor the log contradicts, as (kind, line, seq, problem), and the signers seen."""
+    count = len(hashes)
+    signers = []
+    for rec in records:
+        seq = rec["seq"]
+        if 1 <= seq <= count and hashes[seq - 1] != rec["hash"]:
+            return ("rewritten", seq, seq, "rewritten: line %d has hash %s but %s line %d anchored %s at %s (the log "
+                    "was rewritten)" % (seq, hashes[seq - 1], anchors_path, rec["line"], rec["hash"], rec.get("time"))), signers
+    for rec in records:
+        if rec["type"] != "checkpoint" or not allowed_signers:
+            continue
+        try:
+            signers.append(verify_checkpoint(rec, allowed_signers))
+        except (AnchorError, OSError, cmd.CommandError) as exc:
+            seq = rec["seq"]
+            return ("rewritten", min(seq, count + 1), seq, "rewritten: the checkpoint at seq %d (%s line %d) "
+                    "does not verify against %s: %s" % (seq, anchors_path, rec["line"], allowed_signers, exc)), signers
+    top = max(records, key=lambda r: r["seq"]) if records else None
+    if top and top["seq"] > count:
+        return ("truncated", count + 1, count + 1, "truncated: %s line %d anchored the head at seq %d (hash %s) "
+                "but the log ends at seq %d (lines were cut off the end)"
+                % (anchors_path, top["line"], top["seq"], top["hash"], count)), signers
+    return None, signers
