@@ -151,7 +151,9 @@ class Emulator:
     def dispatch(self, handler, read_body):
         url = urlsplit(handler.path)
         path = url.path.rstrip("/") or "/"
-        query = {k: v[-1] for k, v in parse_qs(url.query, keep_blank_values=True).items()}
+        multi = parse_qs(url.query, keep_blank_values=True)
+        query = {k: v[-1] for k, v in multi.items()}
+        query["dryRun"] = multi.get("dryRun", [])
         method = handler.command
         if path in OPEN_PATHS:
             return self._open_path(path)
@@ -230,6 +232,23 @@ class Emulator:
         raise ApiError(405, "MethodNotAllowed", "method %s not allowed" % method)
 
     @staticmethod
+    def _dry_run(verb, values):
+        """True for dryRun=All; any other value is 422 Invalid on the options, as upstream."""
+        values = [v for v in values if v != ""] if isinstance(values, list) else values
+        if not values:
+            return False
+        if values == ["All"]:
+            return True
+        kind = {"create": "CreateOptions", "update": "UpdateOptions", "patch": "PatchOptions"}.get(
+            verb, "DeleteOptions")
+        why = "Unsupported value: []string{%s}: supported values: \"All\"" % ", ".join(
+            json.dumps(v) for v in values)
+        raise ApiError(422, "Invalid", '%s.meta.k8s.io "" is invalid: dryRun: %s' % (kind, why),
+                       {"group": "meta.k8s.io", "kind": kind,
+                        "causes": [{"reason": "FieldValueNotSupported", "message": why,
+                                    "field": "dryRun"}]})
+
+    @staticmethod
     def _json(raw):
         if not raw:
             return None
@@ -247,8 +266,13 @@ class Emulator:
 
         if sub == "log":
             return self._pod_log(handler, verb, ns, name, query, raw, admit)
+        dry = False
+        if verb in ("create", "update", "patch", "delete", "deletecollection"):
+            dry = self._dry_run(verb, query["dryRun"])
         if sub == "eviction":
-            return 201, evict(store, ns, name, self._json(raw)), None
+            body = self._json(raw) or {}
+            dry = dry or self._dry_run("delete", (body.get("deleteOptions") or {}).get("dryRun"))
+            return 201, evict(store, ns, name, body, dry), None
         if verb == "watch":
             raise ApiError(400, "BadRequest", "watch is not supported by this emulator; poll "
                            "with list instead")
@@ -261,21 +285,23 @@ class Emulator:
         if verb == "create":
             if res.namespaced and ns is None:
                 raise ApiError(404, "NotFound", "the server could not find the requested resource")
-            return 201, store.create(res, ns, self._json(raw), admit), None
+            return 201, store.create(res, ns, self._json(raw), admit, dry), None
         if verb == "update":
-            return 200, store.update(res, ns, name, self._json(raw), sub or None, admit), None
+            return 200, store.update(res, ns, name, self._json(raw), sub or None, admit,
+                                     dry), None
         if verb == "patch":
             ctype = handler.headers.get("Content-Type")
             return 200, store.patch(res, ns, name, ctype, self._json(raw), sub or None,
-                                    admit), None
+                                    admit, dry), None
         if verb == "delete":
             opts = self._json(raw) or {}
+            dry = dry or self._dry_run("delete", opts.get("dryRun"))
             policy = query.get("propagationPolicy") or opts.get("propagationPolicy")
             if opts.get("orphanDependents") is True:
                 policy = "Orphan"
             pre = opts.get("preconditions") or {}
             gone = store.delete(res, ns, name, policy, admit, pre.get("uid"),
-                                pre.get("resourceVersion"))
+                                pre.get("resourceVersion"), dry)
             if res.plural in ("pods", "namespaces"):
                 return 200, gone, None
             return 200, {"kind": "Status", "apiVersion": "v1", "metadata": {},
@@ -287,7 +313,8 @@ class Emulator:
             for item in lst["items"]:
                 try:
                     store.delete(res, item["metadata"].get("namespace"),
-                                 item["metadata"]["name"], query.get("propagationPolicy"), admit)
+                                 item["metadata"]["name"], query.get("propagationPolicy"), admit,
+                                 dry_run=dry)
                 except ApiError as exc:
                     if exc.code != 404:
                         raise

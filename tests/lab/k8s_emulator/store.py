@@ -157,7 +157,9 @@ class Store:
                 "items": out}
 
     # ---- writing ----
-    def _commit(self, res, obj):
+    def _commit(self, res, obj, dry_run=False):
+        if dry_run:  # validated and answered like the real write; nothing is stored
+            return copy.deepcopy(obj)
         self.rv += 1
         obj["metadata"]["resourceVersion"] = str(self.rv)
         meta = obj["metadata"]
@@ -172,7 +174,7 @@ class Store:
         with self.lock:
             return self._commit(res, copy.deepcopy(obj))
 
-    def create(self, res, ns, body, admit=None):
+    def create(self, res, ns, body, admit=None, dry_run=False):
         if not isinstance(body, dict):
             raise ApiError(400, "BadRequest", "request body must be a JSON object")
         obj = copy.deepcopy(body)
@@ -220,7 +222,7 @@ class Store:
             self._default(res, obj)
             if admit:
                 admit(None, obj)
-            return self._commit(res, obj)
+            return self._commit(res, obj, dry_run)
 
     def _check_quota(self, res, ns, name):
         """Object-count ResourceQuota admission: 403 'exceeded quota', as kube-apiserver answers."""
@@ -345,7 +347,7 @@ class Store:
             meta["generation"] = int(old["metadata"].get("generation", 1)) + 1
         return result
 
-    def update(self, res, ns, name, body, subresource=None, admit=None):
+    def update(self, res, ns, name, body, subresource=None, admit=None, dry_run=False):
         with self.lock:
             old = self.objects[res.plural].get((ns, name))
             if old is None:
@@ -353,9 +355,10 @@ class Store:
             new = self._finish_write(res, old, body, subresource, True)
             if admit:
                 admit(old, new)
-            return self._commit(res, new)
+            return self._commit(res, new, dry_run)
 
-    def patch(self, res, ns, name, content_type, body, subresource=None, admit=None):
+    def patch(self, res, ns, name, content_type, body, subresource=None, admit=None,
+              dry_run=False):
         ctype = (content_type or "").split(";")[0].strip().lower()
         with self.lock:
             old = self.objects[res.plural].get((ns, name))
@@ -395,10 +398,10 @@ class Store:
             new = self._finish_write(res, old, patched, subresource, False)
             if admit:
                 admit(old, new)
-            return self._commit(res, new)
+            return self._commit(res, new, dry_run)
 
     def delete(self, res, ns, name, propagation=None, admit=None, precondition_uid=None,
-               precondition_rv=None):
+               precondition_rv=None, dry_run=False):
         with self.lock:
             old = self.objects[res.plural].get((ns, name))
             if old is None:
@@ -409,6 +412,11 @@ class Store:
                 raise conflict(res, name)
             if admit:
                 admit(old, None)
+            if dry_run:
+                gone = copy.deepcopy(old)
+                if res.plural == "namespaces":
+                    gone.setdefault("status", {})["phase"] = "Terminating"
+                return gone
             return self.delete_internal(res, old, propagation)
 
     def delete_internal(self, res, obj, propagation=None):
