@@ -58,6 +58,8 @@ class Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Type", ctype)
         self.send_header("Content-Length", str(len(data)))
         self.send_header("Cache-Control", "no-cache, private")
+        for text in getattr(self, "_warnings", None) or []:
+            self.send_header("Warning", '299 - "%s"' % text.replace('"', '\\"'))
         self.end_headers()
         if self.command != "HEAD":
             self.wfile.write(data)
@@ -71,6 +73,7 @@ class Handler(BaseHTTPRequestHandler):
         start = time.monotonic()
         self._code = 0
         self._user = "-"
+        self._warnings = []
         emu = self.server.emulator
         try:
             # Always drain the body first: an early error must not leave it on the
@@ -269,6 +272,7 @@ class Emulator:
         dry = False
         if verb in ("create", "update", "patch", "delete", "deletecollection"):
             dry = self._dry_run(verb, query["dryRun"])
+        fv = query.get("fieldValidation") or "Warn"  # the 1.30 default
         if sub == "eviction":
             body = self._json(raw) or {}
             dry = dry or self._dry_run("delete", (body.get("deleteOptions") or {}).get("dryRun"))
@@ -285,14 +289,14 @@ class Emulator:
         if verb == "create":
             if res.namespaced and ns is None:
                 raise ApiError(404, "NotFound", "the server could not find the requested resource")
-            return 201, store.create(res, ns, self._json(raw), admit, dry), None
+            return 201, store.create(res, ns, self._json(raw), admit, dry, fv, handler._warnings), None
         if verb == "update":
             return 200, store.update(res, ns, name, self._json(raw), sub or None, admit,
-                                     dry), None
+                                     dry, fv, handler._warnings), None
         if verb == "patch":
             ctype = handler.headers.get("Content-Type")
             return 200, store.patch(res, ns, name, ctype, self._json(raw), sub or None,
-                                    admit, dry), None
+                                    admit, dry, fv, handler._warnings), None
         if verb == "delete":
             opts = self._json(raw) or {}
             dry = dry or self._dry_run("delete", opts.get("dryRun"))

@@ -2,13 +2,14 @@
 import base64
 import copy
 import datetime
-import json
 import re
 import secrets as pysecrets
 import threading
 import uuid
 
 from . import patch as patchlib
+from . import validation
+from .errors import ApiError
 from .resources import BY_PLURAL
 from .selectors import (SelectorError, fields_match, labels_match, parse_field_selector,
                         parse_label_selector)
@@ -21,24 +22,6 @@ _SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _LABEL_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
 _RANDOM_CHARS = "bcdfghjklmnpqrstvwxz2456789"
-
-
-class ApiError(Exception):
-    """An error that becomes a metav1.Status response."""
-
-    def __init__(self, code, reason, message, details=None):
-        super().__init__(message)
-        self.code = code
-        self.reason = reason
-        self.message = message
-        self.details = details
-
-    def status(self):
-        body = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-                "message": self.message, "reason": self.reason, "code": self.code}
-        if self.details:
-            body["details"] = self.details
-        return body
 
 
 def not_found(res, name):
@@ -57,11 +40,7 @@ def conflict(res, name):
 
 
 def invalid(res, name, field, value, why):
-    return ApiError(422, "Invalid", '%s "%s" is invalid: %s: Invalid value: %s: %s'
-                    % (res.kind, name, field, json.dumps(value), why),
-                    {"name": name, "group": res.group, "kind": res.kind,
-                     "causes": [{"reason": "FieldValueInvalid", "field": field,
-                                 "message": "Invalid value: %s: %s" % (json.dumps(value), why)}]})
+    return validation.invalid_error(res, name, [validation.invalid(field, value, why)])
 
 
 def now_rfc3339(offset=0.0):
@@ -174,10 +153,20 @@ class Store:
         with self.lock:
             return self._commit(res, copy.deepcopy(obj))
 
-    def create(self, res, ns, body, admit=None, dry_run=False):
-        if not isinstance(body, dict):
+    def create(self, res, ns, body, admit=None, dry_run=False, field_validation=None,
+               warnings=None):
+        """Create an object. `field_validation` is the request's fieldValidation directive
+        (Ignore, Warn, Strict) and turns on the API validation; None is a trusted internal write.
+        Warnings for the client are appended to `warnings`."""
+        found = []
+        if field_validation is not None:
+            validation.check_body_type(res, body)
+        elif not isinstance(body, dict):
             raise ApiError(400, "BadRequest", "request body must be a JSON object")
         obj = copy.deepcopy(body)
+        if field_validation is not None:
+            obj["kind"], obj["apiVersion"] = res.kind, res.api_version
+            found = validation.decode_object(res, obj, field_validation)
         meta = obj.setdefault("metadata", {}) or {}
         obj["metadata"] = meta
         obj["kind"], obj["apiVersion"] = res.kind, res.api_version
@@ -198,7 +187,8 @@ class Store:
                         break
             name = meta.get("name")
             if not name:
-                raise invalid(res, "", "metadata.name", "", "name or generateName is required")
+                raise validation.invalid_error(res, "", [validation.required(
+                    "metadata.name", "name or generateName is required")])
             pattern = _DNS_LABEL if res.plural == "namespaces" else _SUBDOMAIN
             if not pattern.match(name) or len(name) > 253:
                 raise invalid(res, name, "metadata.name", name,
@@ -220,8 +210,12 @@ class Store:
             meta["creationTimestamp"] = now_rfc3339()
             meta["generation"] = 1
             self._default(res, obj)
+            if field_validation is not None:
+                validation.check_rules(res, obj)
             if admit:
                 admit(None, obj)
+            if warnings is not None:
+                warnings.extend(found)
             return self._commit(res, obj, dry_run)
 
     def _check_quota(self, res, ns, name):
@@ -347,18 +341,33 @@ class Store:
             meta["generation"] = int(old["metadata"].get("generation", 1)) + 1
         return result
 
-    def update(self, res, ns, name, body, subresource=None, admit=None, dry_run=False):
+    @staticmethod
+    def _check_update(res, old, new):
+        validation.check_rules(res, new)
+        validation.update_errors(res, old, new)
+
+    def update(self, res, ns, name, body, subresource=None, admit=None, dry_run=False,
+               field_validation=None, warnings=None):
+        found = []
+        if field_validation is not None:
+            validation.check_body_type(res, body)
+            body = copy.deepcopy(body)
+            found = validation.decode_object(res, body, field_validation)
         with self.lock:
             old = self.objects[res.plural].get((ns, name))
             if old is None:
                 raise not_found(res, name)
             new = self._finish_write(res, old, body, subresource, True)
+            if field_validation is not None:
+                self._check_update(res, old, new)
+            if warnings is not None:
+                warnings.extend(found)
             if admit:
                 admit(old, new)
             return self._commit(res, new, dry_run)
 
     def patch(self, res, ns, name, content_type, body, subresource=None, admit=None,
-              dry_run=False):
+              dry_run=False, field_validation=None, warnings=None):
         ctype = (content_type or "").split(";")[0].strip().lower()
         with self.lock:
             old = self.objects[res.plural].get((ns, name))
@@ -395,7 +404,15 @@ class Store:
                 raise conflict(res, name)
             patched.setdefault("metadata", {})["resourceVersion"] = \
                 old["metadata"]["resourceVersion"]
+            found = []
+            if field_validation is not None:
+                validation.check_body_type(res, patched)
+                found = validation.decode_object(res, patched, field_validation)
             new = self._finish_write(res, old, patched, subresource, False)
+            if field_validation is not None:
+                self._check_update(res, old, new)
+            if warnings is not None:
+                warnings.extend(found)
             if admit:
                 admit(old, new)
             return self._commit(res, new, dry_run)
