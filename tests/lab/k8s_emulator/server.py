@@ -155,6 +155,7 @@ class Emulator:
                  version="v1.30.4", log_file=None, rules_file=None, tick=0.2):
         self.cluster = cluster
         self.version = version
+        validation.preload()  # a missing schema package fails the start, not every write
         self.store = Store()
         self.tokens = auth.TokenFile(token_file)
         self.rules = auth.Rules(rules_file)

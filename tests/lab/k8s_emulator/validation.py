@@ -120,6 +120,11 @@ def _validator(kind, api_version):
     return jsonschema.validators.Draft202012Validator(schema, registry=registry)
 
 
+def preload():
+    """Load the shared schema definitions now (raises ImportError without kubernetes-validate)."""
+    _registry()
+
+
 def field_path(parts):
     out = ""
     for p in parts:
