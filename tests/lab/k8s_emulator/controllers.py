@@ -17,6 +17,7 @@ UNREACHABLE_TAINTS = [{"key": "node.kubernetes.io/unreachable", "effect": "NoSch
                       {"key": "node.kubernetes.io/unreachable", "effect": "NoExecute"}]
 PODS, NODES, JOBS = BY_PLURAL["pods"], BY_PLURAL["nodes"], BY_PLURAL["jobs"]
 PDBS = BY_PLURAL["poddisruptionbudgets"]
+_EVICTED = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}
 
 
 def _cond(obj, ctype):
@@ -160,8 +161,9 @@ def pdb_numbers(store, pdb):
     return expected, healthy, desired, max(0, healthy - desired)
 
 
-def evict(store, ns, name, body):
-    """The pods/eviction subresource (policy/v1 Eviction)."""
+def evict(store, ns, name, body, dry_run=False):
+    """The pods/eviction subresource (policy/v1 Eviction). With dry_run the budget is checked
+    and the answer is the same, but neither the pod nor the budget changes."""
     with store.lock:
         pod = store.get(PODS, ns, name)
         phase = (pod.get("status") or {}).get("phase")
@@ -189,15 +191,17 @@ def evict(store, ns, name, body):
                                      "message": "The disruption budget %s needs %d healthy pods "
                                                 "and has %d currently"
                                                 % (pdb["metadata"]["name"], desired, healthy)}]})
+                if dry_run:
+                    return dict(_EVICTED)
                 updated = copy.deepcopy(pdb)
                 st = updated.setdefault("status", {})
                 st.update({"expectedPods": expected, "currentHealthy": healthy - 1,
                            "desiredHealthy": desired, "disruptionsAllowed": allowed - 1})
                 st.setdefault("disruptedPods", {})[name] = now_rfc3339()
                 store.put_internal(PDBS, updated)
-        store.delete_internal(PODS, store.objects["pods"][(ns, name)])
-    return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
-            "code": 201}
+        if not dry_run:
+            store.delete_internal(PODS, store.objects["pods"][(ns, name)])
+    return dict(_EVICTED)
 
 
 class Controllers:

@@ -1,19 +1,53 @@
 """HTTPS front end: routing, auth, JSON in/out, one log line per request."""
 import json
 import logging
+import re
+import select
 import socket
 import ssl
 import threading
 import time
+import types
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
-from . import auth, resources
+from . import auth, resources, validation
 from .controllers import Controllers, evict
 from .store import ApiError, Store
 
 log = logging.getLogger("k8s_emulator")
 OPEN_PATHS = ("/version", "/healthz", "/livez", "/readyz")
+
+
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h)$")
+
+
+def _watch_timeout(query):
+    """timeoutSeconds, else the request `timeout` (a Go duration, what kubectl --request-timeout
+    sends), else None (the store's default)."""
+    if query.get("timeoutSeconds", "").isdigit():
+        return float(query["timeoutSeconds"])
+    found = _DURATION.match(query.get("timeout", ""))
+    if found:
+        return float(found.group(1)) * {"ms": 0.001, "s": 1, "m": 60, "h": 3600}[found.group(2)]
+    return None
+
+
+class _Ended:
+    """Tells a watch to end: the emulator stops, or the client closed its connection (a
+    watching client sends nothing, so a readable socket means EOF)."""
+
+    def __init__(self, stopping, connection):
+        self.stopping = stopping
+        self.connection = connection
+
+    def is_set(self):
+        if self.stopping.is_set():
+            return True
+        try:
+            return bool(select.select([self.connection], [], [], 0)[0])
+        except (OSError, ValueError):
+            return True
 
 
 class _Server(ThreadingHTTPServer):
@@ -58,10 +92,32 @@ class Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Type", ctype)
         self.send_header("Content-Length", str(len(data)))
         self.send_header("Cache-Control", "no-cache, private")
+        for text in getattr(self, "_warnings", None) or []:
+            self.send_header("Warning", '299 - "%s"' % text.replace('"', '\\"'))
         self.end_headers()
         if self.command != "HEAD":
             self.wfile.write(data)
         self._code = code
+
+    def _stream(self, code, events):
+        """A watch: one JSON event per line, chunked, until the generator ends."""
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.send_header("Cache-Control", "no-cache, private")
+        self.end_headers()
+        self._code = code
+        try:
+            for event in events:
+                data = (json.dumps(event) + "\n").encode()
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+                self.wfile.flush()
+            self.wfile.write(b"0\r\n\r\n")
+            self.wfile.flush()
+        except OSError:  # the client went away
+            self.close_connection = True
+        finally:
+            events.close()
 
     def _read_body(self):
         length = int(self.headers.get("Content-Length") or 0)
@@ -71,13 +127,17 @@ class Handler(BaseHTTPRequestHandler):
         start = time.monotonic()
         self._code = 0
         self._user = "-"
+        self._warnings = []
         emu = self.server.emulator
         try:
             # Always drain the body first: an early error must not leave it on the
             # keep-alive connection.
             raw = self._read_body()
             code, body, ctype = emu.dispatch(self, lambda: raw)
-            self._send(code, body, ctype or "application/json")
+            if isinstance(body, types.GeneratorType):
+                self._stream(code, body)
+            else:
+                self._send(code, body, ctype or "application/json")
         except ApiError as exc:
             self._send(exc.code, exc.status())
         except Exception as exc:  # any bug still answers with a Status, and is logged
@@ -95,11 +155,13 @@ class Emulator:
                  version="v1.30.4", log_file=None, rules_file=None, tick=0.2):
         self.cluster = cluster
         self.version = version
+        validation.preload()  # a missing schema package fails the start, not every write
         self.store = Store()
         self.tokens = auth.TokenFile(token_file)
         self.rules = auth.Rules(rules_file)
         self.controllers = Controllers(self.store, node_grace=node_grace, tick=tick)
         self._log_lock = threading.Lock()
+        self.stopping = threading.Event()
         self._log_fh = open(log_file, "a", encoding="utf-8") if log_file else None
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         ctx.minimum_version = ssl.TLSVersion.TLSv1_2
@@ -128,6 +190,7 @@ class Emulator:
         return self
 
     def stop(self):
+        self.stopping.set()  # ends open watches
         self.controllers.stop()
         for srv in self.servers:
             srv.shutdown()
@@ -151,7 +214,9 @@ class Emulator:
     def dispatch(self, handler, read_body):
         url = urlsplit(handler.path)
         path = url.path.rstrip("/") or "/"
-        query = {k: v[-1] for k, v in parse_qs(url.query, keep_blank_values=True).items()}
+        multi = parse_qs(url.query, keep_blank_values=True)
+        query = {k: v[-1] for k, v in multi.items()}
+        query["dryRun"] = multi.get("dryRun", [])
         method = handler.command
         if path in OPEN_PATHS:
             return self._open_path(path)
@@ -230,6 +295,52 @@ class Emulator:
         raise ApiError(405, "MethodNotAllowed", "method %s not allowed" % method)
 
     @staticmethod
+    def _list_options(verb, query):
+        """ListOptions validation as upstream: 422 Invalid on ListOptions."""
+        match = query.get("resourceVersionMatch", "")
+        errs = []
+        if verb == "watch":
+            if match and match != "NotOlderThan":
+                errs.append(validation.not_supported("resourceVersionMatch", match, ["NotOlderThan", ""]))
+        elif match:
+            if not query.get("resourceVersion"):
+                errs.append(validation.forbidden("resourceVersionMatch", "resourceVersionMatch is forbidden "
+                                                 "unless resourceVersion is provided"))
+            if query.get("continue"):
+                errs.append(validation.forbidden("resourceVersionMatch", "resourceVersionMatch is forbidden "
+                                                 "when continue is provided"))
+            if match not in ("Exact", "NotOlderThan"):
+                errs.append(validation.not_supported("resourceVersionMatch", match,
+                                                     ["Exact", "NotOlderThan", ""]))
+            elif match == "Exact" and query.get("resourceVersion") == "0":
+                errs.append(validation.forbidden("resourceVersionMatch", 'resourceVersionMatch "exact" is '
+                                                 'forbidden for resourceVersion "0"'))
+        if errs:
+            texts = [e.text() for e in errs]
+            raise ApiError(422, "Invalid", 'ListOptions.meta.k8s.io "" is invalid: %s'
+                           % (texts[0] if len(texts) == 1 else "[%s]" % ", ".join(texts)),
+                           {"group": "meta.k8s.io", "kind": "ListOptions",
+                            "causes": [{"reason": e.reason, "message": e.message, "field": e.field}
+                                       for e in errs]})
+
+    @staticmethod
+    def _dry_run(verb, values):
+        """True for dryRun=All; any other value is 422 Invalid on the options, as upstream."""
+        values = [v for v in values if v != ""] if isinstance(values, list) else values
+        if not values:
+            return False
+        if values == ["All"]:
+            return True
+        kind = {"create": "CreateOptions", "update": "UpdateOptions", "patch": "PatchOptions"}.get(
+            verb, "DeleteOptions")
+        why = "Unsupported value: []string{%s}: supported values: \"All\"" % ", ".join(
+            json.dumps(v) for v in values)
+        raise ApiError(422, "Invalid", '%s.meta.k8s.io "" is invalid: dryRun: %s' % (kind, why),
+                       {"group": "meta.k8s.io", "kind": kind,
+                        "causes": [{"reason": "FieldValueNotSupported", "message": why,
+                                    "field": "dryRun"}]})
+
+    @staticmethod
     def _json(raw):
         if not raw:
             return None
@@ -247,35 +358,50 @@ class Emulator:
 
         if sub == "log":
             return self._pod_log(handler, verb, ns, name, query, raw, admit)
+        dry = False
+        if verb in ("create", "update", "patch", "delete", "deletecollection"):
+            dry = self._dry_run(verb, query["dryRun"])
+        fv = query.get("fieldValidation") or "Warn"  # the 1.30 default
         if sub == "eviction":
-            return 201, evict(store, ns, name, self._json(raw)), None
+            body = self._json(raw) or {}
+            dry = dry or self._dry_run("delete", (body.get("deleteOptions") or {}).get("dryRun"))
+            return 201, evict(store, ns, name, body, dry), None
+        if verb in ("watch", "list"):
+            self._list_options(verb, query)
         if verb == "watch":
-            raise ApiError(400, "BadRequest", "watch is not supported by this emulator; poll "
-                           "with list instead")
+            events = store.watch(res, ns, query.get("labelSelector"), query.get("fieldSelector"),
+                                 query.get("resourceVersion"), _watch_timeout(query),
+                                 query.get("allowWatchBookmarks") in ("1", "true"),
+                                 _Ended(self.stopping, handler.connection))
+            return 200, events, None
         if verb == "list":
             limit = int(query["limit"]) if query.get("limit", "").isdigit() else None
             return 200, store.list(res, ns, query.get("labelSelector"),
-                                   query.get("fieldSelector"), limit, query.get("continue")), None
+                                   query.get("fieldSelector"), limit, query.get("continue"),
+                                   query.get("resourceVersion"),
+                                   query.get("resourceVersionMatch")), None
         if verb == "get":
             return 200, store.get(res, ns, name), None
         if verb == "create":
             if res.namespaced and ns is None:
                 raise ApiError(404, "NotFound", "the server could not find the requested resource")
-            return 201, store.create(res, ns, self._json(raw), admit), None
+            return 201, store.create(res, ns, self._json(raw), admit, dry, fv, handler._warnings), None
         if verb == "update":
-            return 200, store.update(res, ns, name, self._json(raw), sub or None, admit), None
+            return 200, store.update(res, ns, name, self._json(raw), sub or None, admit,
+                                     dry, fv, handler._warnings), None
         if verb == "patch":
             ctype = handler.headers.get("Content-Type")
             return 200, store.patch(res, ns, name, ctype, self._json(raw), sub or None,
-                                    admit), None
+                                    admit, dry, fv, handler._warnings), None
         if verb == "delete":
             opts = self._json(raw) or {}
+            dry = dry or self._dry_run("delete", opts.get("dryRun"))
             policy = query.get("propagationPolicy") or opts.get("propagationPolicy")
             if opts.get("orphanDependents") is True:
                 policy = "Orphan"
             pre = opts.get("preconditions") or {}
             gone = store.delete(res, ns, name, policy, admit, pre.get("uid"),
-                                pre.get("resourceVersion"))
+                                pre.get("resourceVersion"), dry)
             if res.plural in ("pods", "namespaces"):
                 return 200, gone, None
             return 200, {"kind": "Status", "apiVersion": "v1", "metadata": {},
@@ -287,7 +413,8 @@ class Emulator:
             for item in lst["items"]:
                 try:
                     store.delete(res, item["metadata"].get("namespace"),
-                                 item["metadata"]["name"], query.get("propagationPolicy"), admit)
+                                 item["metadata"]["name"], query.get("propagationPolicy"), admit,
+                                 dry_run=dry)
                 except ApiError as exc:
                     if exc.code != 404:
                         raise
