@@ -189,7 +189,7 @@ def main():
         if p["created_only"]:
             arts, had = manifest.created(manifest.baseline(before, p["path"]), arts)
         after = manifest.merge(before, p["node"], p["section"], arts, p["facts"],
-                         p["pre_onboarding"], p["replace"])
+                               p["pre_onboarding"], p["replace"])
     except manifest.ManifestError as err:
         where = "" if p["path"] in str(err) else " " + p["path"]
         module.fail_json(msg="Manifest%s for node %s: %s" % (where, p["node"], err))

@@ -105,7 +105,7 @@ def _tail(handle):
     line = _last_line(handle) if size else None
     torn = bool(size) and not newline and line is not None and not _is_json(line)
     handle.seek(0)
-    lineno = sum(1 for _ in handle) if torn else None
+    lineno = sum(1 for _line in handle) if torn else None
     return {"size": size, "line": line, "newline": newline, "torn": torn,
             "offset": size - len(line) if torn else None, "lineno": lineno}
 

@@ -138,8 +138,8 @@ def resolve_pmtu_targets(targets, hosts, name="pmtu_targets"):
             errors.append("%s.id: duplicate id %r" % (where, target["id"]))
         seen.add(target["id"])
         if target.get("min_mtu", 576) > target.get("max_mtu", 1500):
-            errors.append("%s.min_mtu: %d is above max_mtu %d" % (where, target.get("min_mtu", 576),
-                                                                   target.get("max_mtu", 1500)))
+            errors.append("%s.min_mtu: %d is above max_mtu %d"
+                          % (where, target.get("min_mtu", 576), target.get("max_mtu", 1500)))
         address = target.get("address")
         if address is None and "destination" not in target:
             errors.append("%s: needs destination (a path-table host) or address" % where)

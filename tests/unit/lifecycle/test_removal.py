@@ -106,7 +106,7 @@ def test_leftovers_read_every_package_in_one_call():
     run = fake_node([], ["hybridgpu-node-agent iF  0.1.0-1"], [("inet", "hybridgpu")],
                     unit_loaded=("hybridgpu-node-agent.service",))
     left = node_checks.node_leftovers(p, run=run, exists=lambda path: False, user_exists=lambda n: False,
-                             group_exists=lambda n: False, key_present=lambda k: False)
+                                      group_exists=lambda n: False, key_present=lambda k: False)
     # half-configured is still on the node; the table onboarding added is too
     assert left == ["unit hybridgpu-node-agent.service", "package hybridgpu-node-agent",
                     "nft_table inet hybridgpu"]
@@ -117,7 +117,7 @@ def test_leftovers_none_when_only_configuration_files_remain():
     p = removal.plan(doc())
     run = fake_node([], ["hybridgpu-node-agent rc  0.1.0-1"], [("inet", "site")])
     assert node_checks.node_leftovers(p, run=run, exists=lambda path: False, user_exists=lambda n: False,
-                             group_exists=lambda n: False, key_present=lambda k: False) == []
+                                      group_exists=lambda n: False, key_present=lambda k: False) == []
 
 
 def test_health_counts_held_packages_and_names_what_is_missing():
@@ -145,4 +145,4 @@ def test_leftovers_refuse_to_call_a_node_clean_when_a_tool_fails(broken):
         return base(argv)
     with pytest.raises(node_checks.NodeReadError, match=r"(?s)^%s .*failed \(rc=127\): %s: command not found" % (broken, broken)):
         node_checks.node_leftovers(p, run=run, exists=lambda path: False, user_exists=lambda n: False,
-                          group_exists=lambda n: False, key_present=lambda k: False)
+                                   group_exists=lambda n: False, key_present=lambda k: False)

@@ -283,8 +283,7 @@ def dispatch_spec(monkeypatch):
 def walk(spec, where=""):
     for name, opt in spec.items():
         yield where + name, opt
-        for item in walk(opt.get("options") or {}, where + name + "."):
-            yield item
+        yield from walk(opt.get("options") or {}, where + name + ".")
 
 
 def test_dispatch_declares_its_sub_options_and_hides_secrets(monkeypatch):
