@@ -43,8 +43,8 @@ options:
         GPU count; null - the GPUs the page lists), C(exporter_metrics) (metric families every GPU must
         report; default C(DCGM_FI_DEV_GPU_TEMP), C(DCGM_FI_DEV_POWER_USAGE), C(DCGM_FI_DEV_GPU_UTIL),
         C(DCGM_FI_DEV_FB_USED), C(DCGM_FI_DEV_XID_ERRORS)) and C(exporter_error) (why the page could
-        not be read); optionally C(dcgm_diag) (C({rc, stdout, msg}) of C(dcgmi diag) on the node; a
-        node without C(dcgmi) is reported as not run).
+        not be read); optionally C(dcgm_diag) (C({rc, stdout, msg}) of C(dcgmi diag) on the node, C(msg) its
+        stderr; exit status 127 - C(dcgmi) is not installed, reported as not run).
       - C(link_interruption) - C(timeline), C(window_s), C(max_rejoin_s).
       - C(baseline) - C(outputs) (list of all_reduce_perf stdout), C(margin).
     type: dict

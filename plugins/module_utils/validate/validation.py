@@ -353,11 +353,12 @@ def exporter_verdict(node, text, expected_gpus=None, families=EXPORTER_FAMILIES,
 
 
 def diag_verdict(node, output, rc=0, error=None):
-    """Judge ``dcgmi diag`` on the node. ``error``: why the command did not start; a node
-    without dcgmi is "not run" (neither passed nor failed).
+    """Judge ``dcgmi diag`` on the node. ``rc`` 127 or an ``error`` (stderr, or why the command
+    did not start) saying the file is missing: dcgmi is not installed, and the diagnostic is
+    "not run" (neither passed nor failed).
 
     Returns {state ("not run", "pass", "warn", "fail"), reasons, overall, failed_tests, note}."""
-    if error and "No such file" in error:
+    if rc == 127 or (error and "No such file" in error):
         return {"state": "not run", "reasons": [], "overall": None, "failed_tests": [],
                 "note": "dcgmi not installed"}
     parsed = dcgm.parse_diag(output or "")

@@ -129,8 +129,9 @@ def test_real_page_from_another_host_is_refused():
 
 # -- dcgmi diag ---------------------------------------------------------------------------
 
-def test_diag_not_installed_is_not_run_never_pass():
-    out = validation.diag_verdict(NODE, "", 2, "[Errno 2] No such file or directory: b'dcgmi'")
+@pytest.mark.parametrize("rc,error", [(127, "dcgmi not installed"), (2, "[Errno 2] No such file or directory: b'dcgmi'")])
+def test_diag_not_installed_is_not_run_never_pass(rc, error):
+    out = validation.diag_verdict(NODE, "", rc, error)
     assert out["state"] == "not run" and out["note"] == "dcgmi not installed" and out["reasons"] == []
 
 
@@ -160,7 +161,7 @@ def telemetry_evidence(**extra):
     ev = {"series_nodes": [NODE, "cloud-h200-1"], "owned": [NODE], "cloud": ["cloud-h200-1"],
           "existing_nodes": [NODE], "alerts": [], "alert_name": "GPUXidError", "fault_node": "",
           "expected_gpus": "8", "exporter_metrics": list(validation.EXPORTER_FAMILIES), "exporter_error": "",
-          "dcgm_diag": {"rc": 2, "stdout": "", "msg": "[Errno 2] No such file or directory: b'dcgmi'"}}
+          "dcgm_diag": {"rc": 127, "stdout": "", "msg": "dcgmi not installed"}}
     ev.update(extra)
     return ev
 
