@@ -39,11 +39,23 @@ options:
       - C(collectives) - C(scope), C(output) (all_reduce_perf stdout), C(baseline) (C({low, high})).
       - C(placement) - C(runs), C(node_sides).
       - C(telemetry) - C(series_nodes), C(owned), C(cloud), C(existing_nodes), C(alerts),
-        C(alert_name), C(fault_node).
+        C(alert_name), C(fault_node); with I(exporter_text) also C(expected_gpus) (the matrix row's
+        GPU count; null - the GPUs the page lists), C(exporter_metrics) (metric families every GPU must
+        report; default C(DCGM_FI_DEV_GPU_TEMP), C(DCGM_FI_DEV_POWER_USAGE), C(DCGM_FI_DEV_GPU_UTIL),
+        C(DCGM_FI_DEV_FB_USED), C(DCGM_FI_DEV_XID_ERRORS)) and C(exporter_error) (why the page could
+        not be read); optionally C(dcgm_diag) (C({rc, stdout, msg}) of C(dcgmi diag) on the node, C(msg) its
+        stderr; exit status 127 - C(dcgmi) is not installed, reported as not run).
       - C(link_interruption) - C(timeline), C(window_s), C(max_rejoin_s).
       - C(baseline) - C(outputs) (list of all_reduce_perf stdout), C(margin).
     type: dict
     required: true
+  exporter_text:
+    description:
+      - I(step=telemetry) only. The node's GPU exporter page (dcgm-exporter's Prometheus text, as
+        C(/metrics) serves it). Every GPU of the matrix row must report the required metric families
+        with the node's C(Hostname) label, and no GPU may report a non-zero Xid.
+      - Not given - the page is not judged.
+    type: str
   fail:
     description: Fail the task when the verdict is negative (the verdict is returned either way).
     type: bool
@@ -88,7 +100,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.validate import validation
 
 
-def judge(step, node, ev):
+def judge(step, node, ev, exporter_text=None):
     """The verdict dict of one step (raises ValidationError or KeyError on bad evidence)."""
     if step == "inventory":
         expected = validation.expected_from_matrix_row(ev.get("expected") or {})
@@ -121,9 +133,19 @@ def judge(step, node, ev):
     if step == "placement":
         return validation.placement_verdict(list(ev["runs"]), dict(ev.get("node_sides") or {}))
     if step == "telemetry":
+        exporter = diag = None
+        if exporter_text is not None or ev.get("exporter_error"):
+            expected = ev.get("expected_gpus")
+            exporter = validation.exporter_verdict(
+                node, exporter_text, int(expected) if expected not in (None, "") else None,
+                tuple(ev.get("exporter_metrics") or validation.EXPORTER_FAMILIES), ev.get("exporter_error"))
+        if ev.get("dcgm_diag"):
+            run = ev["dcgm_diag"]
+            diag = validation.diag_verdict(node, run.get("stdout"), run.get("rc"), run.get("msg") if run.get("rc") else None)
         return validation.telemetry_verdict(ev.get("series_nodes") or [], ev.get("owned") or [],
                                             ev.get("cloud") or [], ev.get("existing_nodes") or [],
-                                            ev.get("alerts") or [], ev.get("alert_name"), ev.get("fault_node"))
+                                            ev.get("alerts") or [], ev.get("alert_name"), ev.get("fault_node"),
+                                            exporter, diag)
     if step == "link_interruption":
         return validation.interruption_verdict(dict(ev["timeline"]), ev.get("window_s"),
                                                float(ev.get("max_rejoin_s", 60)))
@@ -140,11 +162,12 @@ def main():
         step=dict(type="str", required=True, choices=list(validation.STEPS) + ["baseline"]),
         node=dict(type="str"),
         evidence=dict(type="dict", required=True),
+        exporter_text=dict(type="str"),
         fail=dict(type="bool", default=True),
     ), supports_check_mode=True)
     p = module.params
     try:
-        verdict = judge(p["step"], p["node"], p["evidence"])
+        verdict = judge(p["step"], p["node"], p["evidence"], p["exporter_text"])
     except (validation.ValidationError, KeyError, TypeError, ValueError) as exc:
         module.fail_json(msg="validation step %s on node %s: bad evidence: %s" % (
             p["step"], p["node"], exc if not isinstance(exc, KeyError) else "missing %s" % exc))

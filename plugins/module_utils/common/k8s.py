@@ -16,6 +16,8 @@ import os
 import random
 import time
 
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.parsers import kubectl_node
+
 try:
     from kubernetes import client as k8s_client
     from kubernetes import config as k8s_config
@@ -330,7 +332,11 @@ def node_ready(node):
 
 
 def node_summary(node):
-    """The few facts about a Node that records and reports use."""
+    """The few facts about a Node that records and reports use.
+
+    ``gpu`` holds what the GPU feature discovery / GPU operator labels say (product, count,
+    memory, MIG strategy and profiles, driver and CUDA versions: kubectl_node.gpu_info);
+    its values are None when the Node carries no such labels."""
     meta = node.get("metadata") or {}
     status = node.get("status") or {}
     spec = node.get("spec") or {}
@@ -343,6 +349,7 @@ def node_summary(node):
         "taints": spec.get("taints") or [],
         "gpu_capacity": to_int((status.get("capacity") or {}).get("nvidia.com/gpu")),
         "gpu_allocatable": to_int((status.get("allocatable") or {}).get("nvidia.com/gpu")),
+        "gpu": kubectl_node.gpu_info(meta.get("labels") or {}),
         "kubelet_version": info.get("kubeletVersion"),
         "os_image": info.get("osImage"),
         "kernel_version": info.get("kernelVersion"),
@@ -351,7 +358,5 @@ def node_summary(node):
 
 def to_int(value):
     """An int from a quantity string such as a GPU count; 0 when absent or not a number."""
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        return 0
+    number = kubectl_node.parse_quantity(value)
+    return int(number) if number is not None else 0

@@ -2,7 +2,7 @@
 import pytest
 
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.parsers import (
-    chrony, nccl, ping, slurm, timedatectl, tracepath)
+    chrony, dcgm, kubectl_node, nccl, ping, slurm, timedatectl, tracepath)
 
 import realsamples
 
@@ -23,12 +23,30 @@ def _slurm(text, args, kind):
     raise AssertionError("expected entry needs _kind squeue/scontrol/sprio, got %r" % kind)
 
 
+def _exporter(text, args):
+    parsed = dcgm.parse_prometheus(text)
+    parsed["summary"] = dcgm.exporter_summary(parsed)
+    return parsed
+
+
+def _node(text, kind):
+    if kind == "status":
+        return kubectl_node.parse_status(text)
+    if kind == "labels":
+        labels, errors = kubectl_node.parse_labels(text)
+        return {"labels": labels, "errors": errors, "gpu": kubectl_node.gpu_info(labels)}
+    raise AssertionError("expected entry needs _kind labels/status, got %r" % kind)
+
+
 PARSERS = {
     "nccl-tests": _nccl,
     "chrony": lambda text, args: chrony.parse_tracking(text),
     "timedatectl": lambda text, args: timedatectl.parse(text),
     "ping-mtu": lambda text, args: ping.parse(text),
     "tracepath": lambda text, args: tracepath.parse(text),
+    "dcgm-exporter": _exporter,
+    "dcgmi-diag": lambda text, args: dcgm.parse_diag(text),
+    "kubectl-node": None,  # needs the entry's _kind
     "slurm": None,  # needs the entry's _kind, see test_real_sample
 }
 
@@ -43,7 +61,9 @@ def test_real_sample(tool, name):
     entry = realsamples.load_expected(tool).get(name)
     assert entry, "no expected entry for %s/%s" % (tool, name)
     text = realsamples.read_sample(tool, name)
-    if tool == "slurm":
+    if tool == "kubectl-node":
+        result = _node(text, entry.get("_kind"))
+    elif tool == "slurm":
         result = _slurm(text, entry.get("_args", {}), entry.get("_kind"))
     else:
         result = PARSERS[tool](text, entry.get("_args", {}))
@@ -51,10 +71,10 @@ def test_real_sample(tool, name):
 
 
 def test_every_tool_directory_has_a_parser():
+    # Every sample directory is read by a parser of the collection: none is exempt.
     import os
     from hgpu_testenv import REAL_OUTPUTS
     nvidia = {"nvidia-smi-csv", "nvidia-smi-table", "nvidia-smi-xml"}  # test_parsers_nvidia_smi.py
-    # DCGM and kubectl outputs: no module reads them, so the collection ships no parser for them.
-    unread = {"dcgm-exporter", "dcgmi-diag", "kubectl-node"}
     present = {d for d in os.listdir(REAL_OUTPUTS) if os.path.isdir(os.path.join(REAL_OUTPUTS, d))}
-    assert present - set(PARSERS) - nvidia - unread == set(), "sample directories without a parser test"
+    assert present - set(PARSERS) - nvidia == set(), "sample directories without a parser test"
+    assert set(PARSERS) | nvidia <= present, "parser tests for sample directories that do not exist"
