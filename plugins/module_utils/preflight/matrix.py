@@ -94,8 +94,14 @@ def normalise(facts, index=0):
     name = _first(facts, "hostname", "node", "inventory_hostname")
     if not name:
         raise MatrixError("nodes[%d]: no hostname" % index)
-    gpu = facts.get("gpu") if isinstance(facts.get("gpu"), dict) else {}
-    os_facts = facts.get("os") if isinstance(facts.get("os"), dict) else {}
+    if isinstance(name, (dict, list)):
+        raise MatrixError("nodes[%d]: hostname must be a string, got %r" % (index, name))
+    for field, shape in (("gpu", "{model, count, memory_mib, mig_mode}"), ("os", "{pretty, id, version_id}")):
+        if facts.get(field) is not None and not isinstance(facts[field], dict):
+            raise MatrixError("nodes[%d] (%s): %s must be a mapping %s, got %r (a bare model or name goes in %s_%s)"
+                              % (index, name, field, shape, facts[field], field, "model" if field == "gpu" else "id"))
+    gpu = facts.get("gpu") or {}
+    os_facts = facts.get("os") or {}
     side = facts.get("side") or "owned"
     if side not in ("owned", "cloud"):
         raise MatrixError("nodes[%d] (%s): side %r is not owned or cloud" % (index, name, side))
@@ -126,6 +132,10 @@ def normalise(facts, index=0):
         "container_runtime": facts.get("container_runtime"),
         "agent_version": _first(facts, "agent_version", "kubelet_version"),
     }
+    # Every column is compared and grouped on, so it must be a single value.
+    for field, value in row.items():
+        if isinstance(value, (dict, list)):
+            raise MatrixError("nodes[%d] (%s): %s must be a single value, got %r" % (index, name, field, value))
     return row
 
 
