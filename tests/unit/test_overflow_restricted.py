@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow import backends as b
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow import backends
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow import dispatch_run, trigger
 
 JOB_CLASSES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "lab", "overflow",
@@ -13,7 +13,7 @@ JOB_CLASSES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__fil
 GPU = "NVIDIA A100-SXM4-80GB"
 
 
-class Queue(b.MemoryLocalQueue):
+class Queue(backends.MemoryLocalQueue):
     def __init__(self, classes):
         super(Queue, self).__init__()
         self.classes = classes
@@ -21,16 +21,16 @@ class Queue(b.MemoryLocalQueue):
     def snapshot(self, now=None, total_gpus=None):
         now = time.time()
         jobs = [trigger.QueueJob(job_id, self.classes[job_id], now - 3600, "pending", 1, GPU)
-                for job_id, state in self.jobs.items() if state == b.Q_QUEUED]
+                for job_id, state in self.jobs.items() if state == backends.Q_QUEUED]
         return trigger.QueueSnapshot(now, jobs, {GPU: 0}, {GPU: 8})
 
 
-class Cloud(b.MemoryCloud):
+class Cloud(backends.MemoryCloud):
     def ensure_namespace(self):
         return None
 
 
-class Stager(b.MemoryStager):
+class Stager(backends.MemoryStager):
     last = {}  # what the rsync stager reports of its last transfer
 
 
@@ -39,7 +39,7 @@ def world(monkeypatch, tmp_path):
     local = Queue({"reg-1": "restricted", "ok-1": "small-input"})
     local.add("reg-1")
     local.add("ok-1")
-    storage = b.MemoryStorage()
+    storage = backends.MemoryStorage()
     cloud = Cloud(storage)
     stager = Stager(storage)
     monkeypatch.setattr(dispatch_run, "build_local", lambda opts, classes: local)
@@ -56,7 +56,7 @@ def test_operator_path_refuses_a_restricted_class(world):
     out = dispatch_run.run(dict(params, jobs=["reg-1"]))
     assert [(r["job_id"], r["outcome"]) for r in out["results"]] == [("reg-1", "refused")]
     assert "restricted" in out["results"][0]["reason"]
-    assert local.state("reg-1") == b.Q_QUEUED        # never held, still the site's
+    assert local.state("reg-1") == backends.Q_QUEUED        # never held, still the site's
     assert cloud.creations == [] and "reg-1" not in cloud.by_job
 
 
@@ -66,5 +66,5 @@ def test_operator_path_moves_a_movable_class_in_the_same_pass(world):
     outcomes = dict((r["job_id"], r["outcome"]) for r in out["results"])
     assert outcomes["reg-1"] == "refused"
     assert outcomes["ok-1"] != "refused"
-    assert local.state("ok-1") == b.Q_HELD
+    assert local.state("ok-1") == backends.Q_HELD
     assert [job_id for job_id in cloud.by_job] == ["ok-1"]
