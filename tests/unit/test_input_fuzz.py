@@ -244,9 +244,9 @@ def test_matrix_nodes(nodes, cloud):
 
 def test_gpu_as_a_string_is_refused():
     node = dict(NODES[0], gpu="A100")
-    with pytest.raises(matrix.MatrixError, match=r"nodes\[0\] \(owned-a100-1\): gpu must be a mapping"):
+    with pytest.raises(matrix.MatrixError, match=r"nodes\[0\] \(owned-a100-1\): gpu must be a mapping of model, count"):
         matrix.build([node])
-    with pytest.raises(matrix.MatrixError, match=r"nodes\[0\] \(owned-a100-1\): os must be a mapping"):
+    with pytest.raises(matrix.MatrixError, match=r"nodes\[0\] \(owned-a100-1\): os must be a mapping of pretty"):
         matrix.build([dict(NODES[0], os="debian 12")])
 
 

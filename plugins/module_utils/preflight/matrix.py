@@ -13,7 +13,7 @@ __metaclass__ = type
 
 import re
 
-from ansible_collections.hybridgpu.fleet.plugins.module_utils.preflight import version_rules
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.preflight import inputs, version_rules
 
 SCHEMA_VERSION = 1
 
@@ -94,14 +94,7 @@ def normalise(facts, index=0):
     name = _first(facts, "hostname", "node", "inventory_hostname")
     if not name:
         raise MatrixError("nodes[%d]: no hostname" % index)
-    if isinstance(name, (dict, list)):
-        raise MatrixError("nodes[%d]: hostname must be a string, got %r" % (index, name))
-    for field, shape in (("gpu", "{model, count, memory_mib, mig_mode}"), ("os", "{pretty, id, version_id}")):
-        if facts.get(field) is not None and not isinstance(facts[field], dict):
-            raise MatrixError("nodes[%d] (%s): %s must be a mapping %s, got %r (a bare model or name goes in %s_%s)"
-                              % (index, name, field, shape, facts[field], field, "model" if field == "gpu" else "id"))
-    gpu = facts.get("gpu") or {}
-    os_facts = facts.get("os") or {}
+    gpu, os_facts = inputs.node_facts(facts, "nodes[%d] (%s)" % (index, name), MatrixError)
     side = facts.get("side") or "owned"
     if side not in ("owned", "cloud"):
         raise MatrixError("nodes[%d] (%s): side %r is not owned or cloud" % (index, name, side))
@@ -132,10 +125,6 @@ def normalise(facts, index=0):
         "container_runtime": facts.get("container_runtime"),
         "agent_version": _first(facts, "agent_version", "kubelet_version"),
     }
-    # Every column is compared and grouped on, so it must be a single value.
-    for field, value in row.items():
-        if isinstance(value, (dict, list)):
-            raise MatrixError("nodes[%d] (%s): %s must be a single value, got %r" % (index, name, field, value))
     return row
 
 

@@ -55,8 +55,9 @@ def make_node(kube, cordoned=True, labels=None, taints=None):
 
 def make_node_secret(kube, node):
     name = "node-%s-token" % node
-    kube.create_secret("kube-system", {"metadata": {"name": name, "annotations": {NODE_NAME_ANNOTATION: node}},
-                                       "type": SA_TOKEN_TYPE})
+    # the Secret k8s_node_credential creates
+    kube.create_secret("kube-system", {"metadata": {"name": name, "annotations": {
+        "kubernetes.io/service-account.name": "node-%s" % node, NODE_NAME_ANNOTATION: node}}, "type": SA_TOKEN_TYPE})
     token = base64.b64decode(kube.get_secret("kube-system", name)["data"]["token"]).decode()
     return name, token
 
