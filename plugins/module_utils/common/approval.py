@@ -25,13 +25,32 @@ from ansible_collections.hybridgpu.fleet.plugins.module_utils.common.boundary im
 
 NAMESPACE = "hybridgpu.fleet-change"
 
+def _window_time(value):
+    """A window bound: an ISO 8601 date-time with a time zone, as an aware UTC datetime. A
+    bound without one would be read as UTC on one host and local time by the person who wrote it."""
+    dt = None
+    if isinstance(value, datetime.datetime):
+        dt = value
+    elif isinstance(value, str):
+        text = value.strip()
+        try:
+            dt = datetime.datetime.fromisoformat(text[:-1] + "+00:00" if text.endswith("Z") else text)
+        except ValueError:
+            dt = None
+    if dt is None:
+        return value, "expected an ISO 8601 date-time like 2025-03-01T08:00:00Z, got %r" % (value,)
+    if dt.tzinfo is None:
+        return value, "%r has no time zone; write it in UTC with Z (2025-03-01T08:00:00Z) or with an offset" % (value,)
+    return dt.astimezone(datetime.timezone.utc), None
+
+
 RECORD_SPEC = s.Map({
     "change_id": s.Field(s.Str(r"^[A-Za-z0-9][A-Za-z0-9._-]*$", hint="a change id like CHG-2025-0042")),
     "action": s.Field(s.Enum(ACTIONS)),
     "targets": s.Field(s.ListOf(s.Str(), min_items=1, unique=True)),
     "window": s.Field(s.Map({
-        "start": s.Field(s.Timestamp()),
-        "end": s.Field(s.Timestamp()),
+        "start": s.Field(s.Custom(_window_time)),
+        "end": s.Field(s.Custom(_window_time)),
     })),
     "requester": s.Field(s.Str(ID_PATTERN, hint="a person id")),
     "reason": s.Field(s.Str()),

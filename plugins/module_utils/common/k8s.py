@@ -110,10 +110,18 @@ def build_api_client(params):
         except Exception as exc:  # the loader raises several unrelated types
             raise K8sError("load kubeconfig %s" % path,
                            message="%s (context %r)" % (exc, params.get("context")))
+    # Explicit options win over the kubeconfig. The client sends api_key["BearerToken"] before
+    # api_key["authorization"], and the loader's refresh hook rewrites BearerToken before every
+    # request, so an explicit token replaces both; the kubeconfig's client certificate is dropped
+    # with them, or the server would authenticate the request by the certificate instead.
     if host:
         cfg.host = host
     if params.get("api_key"):
-        cfg.api_key = {"authorization": "Bearer %s" % params["api_key"]}
+        cfg.api_key = {"BearerToken": "Bearer %s" % params["api_key"]}
+        cfg.api_key_prefix = {}
+        cfg.refresh_api_key_hook = None
+        cfg.cert_file = None
+        cfg.key_file = None
     if params.get("ca_cert"):
         cfg.ssl_ca_cert = params["ca_cert"]
     if params.get("validate_certs") is False:

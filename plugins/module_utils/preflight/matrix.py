@@ -13,7 +13,7 @@ __metaclass__ = type
 
 import re
 
-from ansible_collections.hybridgpu.fleet.plugins.module_utils.preflight import version_rules
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.preflight import inputs, version_rules
 
 SCHEMA_VERSION = 1
 
@@ -94,8 +94,7 @@ def normalise(facts, index=0):
     name = _first(facts, "hostname", "node", "inventory_hostname")
     if not name:
         raise MatrixError("nodes[%d]: no hostname" % index)
-    gpu = facts.get("gpu") if isinstance(facts.get("gpu"), dict) else {}
-    os_facts = facts.get("os") if isinstance(facts.get("os"), dict) else {}
+    gpu, os_facts = inputs.node_facts(facts, "nodes[%d] (%s)" % (index, name), MatrixError)
     side = facts.get("side") or "owned"
     if side not in ("owned", "cloud"):
         raise MatrixError("nodes[%d] (%s): side %r is not owned or cloud" % (index, name, side))
