@@ -106,7 +106,7 @@ def bootstrap_user(store, token):
     return "system:bootstrap:" + token_id, sorted(groups)
 
 
-def cert_user(der, ca_cert=None):
+def cert_user(der):
     """(name, groups) from a verified client certificate (DER), or None without a CN or client
     auth usage. The TLS layer has already checked the chain against the client CA."""
     if not der:
