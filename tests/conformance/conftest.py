@@ -195,7 +195,7 @@ def api():
     else:
         from k8s_emulator import serve
         pki = os.path.join(workdir, "pki")
-        ca, dummy = labpki.make_ca(pki)
+        ca, ca_key = labpki.make_ca(pki)
         crt, key = labpki.make_server_cert(pki, pki, ["127.0.0.1", "localhost"])
         token = secrets.token_hex(16)
         token_file = os.path.join(workdir, "tokens.csv")
@@ -203,7 +203,8 @@ def api():
             fh.write('%s,admin,admin-uid,"system:masters"\n' % token)
         server = serve(cluster="conformance", binds=["127.0.0.1"], port=0, cert=crt, key=key,
                        token_file=token_file, node_grace=2.0,
-                       log_file=os.path.join(workdir, "requests.log"))
+                       log_file=os.path.join(workdir, "requests.log"),
+                       client_ca=ca, signing_cert=ca, signing_key=ca_key)
         kubeconfig = labpki.write_kubeconfig(os.path.join(workdir, "admin.kubeconfig"),
                                              [("conformance", server.url, ca, token)])
         api_client = config.new_client_from_config(config_file=kubeconfig, context="conformance")

@@ -13,8 +13,10 @@ __all__ = ["Emulator", "serve"]
 
 
 def serve(cluster, binds, port, cert, key, token_file, node_grace=20.0, version="v1.30.4",
-          log_file=None, rules_file=None, tick=0.2):
-    """Start an emulator in background threads and return it (call .stop() when done)."""
+          log_file=None, rules_file=None, tick=0.2, **identity):
+    """Start an emulator in background threads and return it (call .stop() when done).
+    identity: client_ca (CA that client certificates are verified against, also published in
+    cluster-info), signing_cert/signing_key (the CSR signer), signing_duration (seconds)."""
     return Emulator(cluster, binds, port, cert, key, token_file, node_grace=node_grace,
                     version=version, log_file=log_file, rules_file=rules_file,
-                    tick=tick).start()
+                    tick=tick, **identity).start()

@@ -11,7 +11,7 @@ import types
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
-from . import auth, resources, validation
+from . import auth, certificates, identity, resources, validation
 from .controllers import Controllers, evict
 from .store import ApiError, Store
 
@@ -31,6 +31,20 @@ def _watch_timeout(query):
     if found:
         return float(found.group(1)) * {"ms": 0.001, "s": 1, "m": 60, "h": 3600}[found.group(2)]
     return None
+
+
+def _peer_cert(connection):
+    """The client certificate (DER) the TLS handshake verified, or None."""
+    try:
+        return connection.getpeercert(binary_form=True)
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
+def _store_sub(sub):
+    """CSR approval writes go through the store like status (spec kept); the strategy in
+    certificates.admit decides what changes."""
+    return "status" if sub == "approval" else (sub or None)
 
 
 class _Ended:
@@ -152,7 +166,8 @@ class Handler(BaseHTTPRequestHandler):
 
 class Emulator:
     def __init__(self, cluster, binds, port, cert, key, token_file, node_grace=20.0,
-                 version="v1.30.4", log_file=None, rules_file=None, tick=0.2):
+                 version="v1.30.4", log_file=None, rules_file=None, tick=0.2, client_ca=None,
+                 signing_cert=None, signing_key=None, signing_duration=365 * 24 * 3600):
         self.cluster = cluster
         self.version = version
         validation.preload()  # a missing schema package fails the start, not every write
@@ -166,6 +181,12 @@ class Emulator:
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         ctx.minimum_version = ssl.TLSVersion.TLSv1_2
         ctx.load_cert_chain(cert, key)
+        self.client_ca = client_ca
+        if client_ca:  # ask for (do not require) a client certificate signed by the cluster CA
+            ctx.verify_mode = ssl.CERT_OPTIONAL
+            ctx.load_verify_locations(client_ca)
+        signer = certificates.Signer(signing_cert, signing_key, signing_duration) if signing_key else None
+        self.identity = identity.IdentityControllers(self.store, signer, tick=tick)
         self.servers = []
         for host in binds:
             srv = _Server((host, port), Handler, ctx, self)
@@ -187,11 +208,16 @@ class Emulator:
             t.start()
             self._threads.append(t)
         self.controllers.start()
+        if self.client_ca:
+            with open(self.client_ca, "rb") as fh:
+                self.identity.publish_cluster_info(self.url, fh.read())
+        self.identity.start()
         return self
 
     def stop(self):
         self.stopping.set()  # ends open watches
         self.controllers.stop()
+        self.identity.stop()
         for srv in self.servers:
             srv.shutdown()
             srv.server_close()
@@ -220,11 +246,13 @@ class Emulator:
         method = handler.command
         if path in OPEN_PATHS:
             return self._open_path(path)
-        user = auth.authenticate(handler.headers, self.tokens, self.store)
+        user = auth.authenticate(handler.headers, self.tokens, self.store, _peer_cert(handler.connection))
         if user is None:
             raise ApiError(401, "Unauthorized", "Unauthorized")
         handler._user = user.name
         parts = [p for p in path.split("/") if p]
+        if len(parts) <= (2 if parts[:1] == ["api"] else 3):  # discovery, not a resource
+            auth.authorize_path(user, path)
         if parts == ["api"]:
             return 200, resources.api_versions("%s:%d" % (self.binds[0], self.port)), None
         if parts == ["apis"]:
@@ -258,7 +286,7 @@ class Emulator:
         if sub and sub not in res.subresources:
             raise ApiError(404, "NotFound", "the server could not find the requested resource")
         verb = self._verb(method, name, sub, query)
-        auth.authorize(user, verb, res, sub, ns, name, self.rules)
+        auth.authorize(user, verb, res, sub, ns, name, self.rules, query, self.store)
         return self._serve(handler, user, verb, res, ns, name, sub, query, read_body)
 
     def _open_path(self, path):
@@ -355,6 +383,7 @@ class Emulator:
 
         def admit(old, new):
             auth.admit_node(user, res, sub, old, new)
+            certificates.admit(user, res, sub, old, new)
 
         if sub == "log":
             return self._pod_log(handler, verb, ns, name, query, raw, admit)
@@ -387,11 +416,11 @@ class Emulator:
                 raise ApiError(404, "NotFound", "the server could not find the requested resource")
             return 201, store.create(res, ns, self._json(raw), admit, dry, fv, handler._warnings), None
         if verb == "update":
-            return 200, store.update(res, ns, name, self._json(raw), sub or None, admit,
+            return 200, store.update(res, ns, name, self._json(raw), _store_sub(sub), admit,
                                      dry, fv, handler._warnings), None
         if verb == "patch":
             ctype = handler.headers.get("Content-Type")
-            return 200, store.patch(res, ns, name, ctype, self._json(raw), sub or None,
+            return 200, store.patch(res, ns, name, ctype, self._json(raw), _store_sub(sub),
                                     admit, dry, fv, handler._warnings), None
         if verb == "delete":
             opts = self._json(raw) or {}
