@@ -97,7 +97,7 @@ passed:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.hybridgpu.fleet.plugins.module_utils.validate import validation
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.validate import gpu_health, validation
 
 
 def judge(step, node, ev, exporter_text=None):
@@ -136,12 +136,12 @@ def judge(step, node, ev, exporter_text=None):
         exporter = diag = None
         if exporter_text is not None or ev.get("exporter_error"):
             expected = ev.get("expected_gpus")
-            exporter = validation.exporter_verdict(
+            exporter = gpu_health.exporter_verdict(
                 node, exporter_text, int(expected) if expected not in (None, "") else None,
-                tuple(ev.get("exporter_metrics") or validation.EXPORTER_FAMILIES), ev.get("exporter_error"))
+                tuple(ev.get("exporter_metrics") or gpu_health.EXPORTER_FAMILIES), ev.get("exporter_error"))
         if ev.get("dcgm_diag"):
             run = ev["dcgm_diag"]
-            diag = validation.diag_verdict(node, run.get("stdout"), run.get("rc"), run.get("msg") if run.get("rc") else None)
+            diag = gpu_health.diag_verdict(node, run.get("stdout"), run.get("rc"), run.get("msg") if run.get("rc") else None)
         return validation.telemetry_verdict(ev.get("series_nodes") or [], ev.get("owned") or [],
                                             ev.get("cloud") or [], ev.get("existing_nodes") or [],
                                             ev.get("alerts") or [], ev.get("alert_name"), ev.get("fault_node"),

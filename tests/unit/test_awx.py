@@ -470,8 +470,8 @@ def test_destructive_playbooks_approve_first_with_their_action():
      .update(ignore_errors=True), "a failed approval must stop the play"),
     (lambda plays: [t for t in plays[0]["tasks"] if "hybridgpu.fleet.change_approval" in t][0].update(tags=["x"])
      or plays[0]["tasks"][-1].update(tags=["y"]), "--tags would skip the approval"),
-    (lambda plays: plays[0]["tasks"].remove(next(t for t in plays[0]["tasks"]
-                                                  if "hybridgpu.fleet.change_approval" in t)),
+    (lambda plays: plays[0]["tasks"].remove(
+        next(t for t in plays[0]["tasks"] if "hybridgpu.fleet.change_approval" in t)),
      "no play runs change_approval"),
 ])
 def test_the_approval_order_check_catches(change, expect):

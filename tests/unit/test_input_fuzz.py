@@ -67,8 +67,8 @@ KEYS = st.one_of(st.text(max_size=12), st.sampled_from(
     ["name", "id", "kind", "cidr", "gpu", "model", "count", "classes", "defaults", "cost", "window", "start", "end",
      "hosts", "paths", "people", "node", "sections", "artefacts", "worker_spec", "holds", "prices"]),
     st.integers(min_value=-3, max_value=3), st.booleans(), st.none())
-VALUES = st.recursive(SCALARS, lambda inner: st.one_of(st.lists(inner, max_size=4),
-                                                        st.dictionaries(KEYS, inner, max_size=5)),
+VALUES = st.recursive(SCALARS,
+                      lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(KEYS, inner, max_size=5)),
                       max_leaves=20)
 
 
@@ -120,8 +120,9 @@ def _yaml_text(doc):
         return repr(doc)
 
 
-TEXT = st.one_of(st.text(max_size=200), st.sampled_from(["", "---", "- a\n- b\n", "a: [", "a: 1\na: 2\n", ": :",
-                                                          "!!python/object:os.system x", "\x00", "[]", "12"]))
+TEXT = st.one_of(st.text(max_size=200),
+                 st.sampled_from(["", "---", "- a\n- b\n", "a: [", "a: 1\na: 2\n", ": :",
+                                  "!!python/object:os.system x", "\x00", "[]", "12"]))
 
 
 def _write(directory, name, text):

@@ -25,6 +25,7 @@ from ansible_collections.hybridgpu.fleet.plugins.module_utils.common.boundary im
 
 NAMESPACE = "hybridgpu.fleet-change"
 
+
 def _window_time(value):
     """A window bound: an ISO 8601 date-time with a time zone, as an aware UTC datetime. A
     bound without one would be read as UTC on one host and local time by the person who wrote it."""

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from ansible_collections.hybridgpu.fleet.plugins.module_utils.validate import validation
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.validate import gpu_health, validation
 from ansible_collections.hybridgpu.fleet.plugins.modules import validation_check
 from hgpu_testenv import REAL_OUTPUTS, ROOT
 
@@ -40,13 +40,13 @@ def lab_page(count=8, xids=None, hostname=NODE):
 # -- the lab exporter's page ----------------------------------------------------------------
 
 def test_lab_exporter_page_passes_for_every_gpu_of_the_row():
-    out = validation.exporter_verdict(NODE, lab_page(), 8)
+    out = gpu_health.exporter_verdict(NODE, lab_page(), 8)
     assert out["passed"], out["reasons"]
     assert out["gpus"] == [str(i) for i in range(8)] and out["hosts"] == [NODE]
 
 
 def test_lab_exporter_missing_gpu_names_node_and_gpu():
-    out = validation.exporter_verdict(NODE, lab_page(count=6), 8)
+    out = gpu_health.exporter_verdict(NODE, lab_page(count=6), 8)
     assert not out["passed"]
     assert out["reasons"] == [
         "GPU %d of node %s is missing from the GPU exporter page (8 GPUs in the matrix row, the page lists "
@@ -57,26 +57,26 @@ def test_lab_exporter_missing_gpu_names_node_and_gpu():
 def test_lab_exporter_missing_metric_family_names_node_gpu_and_metric():
     text = "\n".join(line for line in lab_page(count=2).splitlines()
                      if not (line.startswith("DCGM_FI_DEV_GPU_TEMP") and 'gpu="1"' in line))
-    out = validation.exporter_verdict(NODE, text, 2)
+    out = gpu_health.exporter_verdict(NODE, text, 2)
     assert out["reasons"] == ["GPU 1 of node %s does not report DCGM_FI_DEV_GPU_TEMP" % NODE]
     assert out["missing"] == [{"gpu": "1", "metric": "DCGM_FI_DEV_GPU_TEMP"}]
 
 
 def test_lab_exporter_nonzero_xid_names_node_gpu_and_xid():
-    out = validation.exporter_verdict(NODE, lab_page(xids={3: 79}), 8)
+    out = gpu_health.exporter_verdict(NODE, lab_page(xids={3: 79}), 8)
     assert out["reasons"] == ["GPU 3 of node %s reports Xid 79" % NODE]
 
 
 def test_lab_exporter_wrong_or_missing_hostname():
-    out = validation.exporter_verdict(NODE, lab_page(hostname="owned-a100-2"), 8)
+    out = gpu_health.exporter_verdict(NODE, lab_page(hostname="owned-a100-2"), 8)
     assert out["reasons"] == ["GPU exporter page of node %s carries Hostname owned-a100-2" % NODE]
-    assert validation.exporter_verdict(NODE, lab_page(hostname=NODE + ".lab.example"), 8)["passed"]
-    out = validation.exporter_verdict(NODE, lab_page(hostname=""), 8)
+    assert gpu_health.exporter_verdict(NODE, lab_page(hostname=NODE + ".lab.example"), 8)["passed"]
+    out = gpu_health.exporter_verdict(NODE, lab_page(hostname=""), 8)
     assert out["reasons"] == ["GPU exporter page of node %s has GPU series without a Hostname label" % NODE]
 
 
 def test_unreadable_page_names_the_node():
-    out = validation.exporter_verdict(NODE, "", 8, error="http://10.213.77.11:9400/metrics: HTTP status -1, refused")
+    out = gpu_health.exporter_verdict(NODE, "", 8, error="http://10.213.77.11:9400/metrics: HTTP status -1, refused")
     assert out["reasons"] == ["GPU exporter page of node %s could not be read: http://10.213.77.11:9400/metrics: "
                               "HTTP status -1, refused" % NODE]
 
@@ -85,9 +85,9 @@ def test_unreadable_page_names_the_node():
 
 def test_real_t4_page_passes():
     text = real("dcgm-exporter", "tesla-t4_drv460_dcgm-exporter-metrics.txt")
-    out = validation.exporter_verdict("424773df46e0", text, 1)
+    out = gpu_health.exporter_verdict("424773df46e0", text, 1)
     assert out["passed"], out["reasons"]
-    out = validation.exporter_verdict("424773df46e0", text, 2)
+    out = gpu_health.exporter_verdict("424773df46e0", text, 2)
     assert out["reasons"] == ["GPU 1 of node 424773df46e0 is missing from the GPU exporter page (2 GPUs in the "
                               "matrix row, the page lists 0)"]
 
@@ -96,34 +96,34 @@ def test_real_a100_mig_page_lacks_gpu_util():
     # dcgm-exporter's documentation sample: GPU and GPU-instance series, no DCGM_FI_DEV_GPU_UTIL (the
     # profiling metrics replace it under MIG).
     text = real("dcgm-exporter", "a100-40gb-mig-1g.5gb_gpu-and-gpu-instance-series_docs.txt")
-    out = validation.exporter_verdict("ub20-a100-k8s", text, 1)
+    out = gpu_health.exporter_verdict("ub20-a100-k8s", text, 1)
     assert out["reasons"] == ["GPU 0 of node ub20-a100-k8s does not report DCGM_FI_DEV_GPU_UTIL"]
     families = ("DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_XID_ERRORS", "DCGM_FI_PROF_GR_ENGINE_ACTIVE")
-    assert validation.exporter_verdict("ub20-a100-k8s", text, 1, families)["passed"]
+    assert gpu_health.exporter_verdict("ub20-a100-k8s", text, 1, families)["passed"]
 
 
 def test_real_v100_excerpt_every_gpu_and_the_gaps():
     text = real("dcgm-exporter", "v100-sxm2-32gb-x4_dcgm-exporter-main-2024_excerpt.txt")
-    assert validation.exporter_verdict("r6i3n0", text, 4, ("DCGM_FI_DEV_PCIE_REPLAY_COUNTER",))["passed"]
-    out = validation.exporter_verdict("r6i3n0", text, 4, ("DCGM_FI_DEV_GPU_UTIL",))
+    assert gpu_health.exporter_verdict("r6i3n0", text, 4, ("DCGM_FI_DEV_PCIE_REPLAY_COUNTER",))["passed"]
+    out = gpu_health.exporter_verdict("r6i3n0", text, 4, ("DCGM_FI_DEV_GPU_UTIL",))
     assert out["reasons"] == ["GPU %d of node r6i3n0 does not report DCGM_FI_DEV_GPU_UTIL" % i for i in (1, 2, 3)]
 
 
 def test_real_a30_mig_instances_count_for_their_gpu():
     text = real("dcgm-exporter", "a30-mig-1g.6gb-x2_per-gpu-instance-series_excerpt.txt")
     node = "yg-data-k8s-gpu-a30-node-test-test0003.mt"
-    assert validation.exporter_verdict(node, text, 2, ("DCGM_FI_DEV_SM_CLOCK",))["passed"]
+    assert gpu_health.exporter_verdict(node, text, 2, ("DCGM_FI_DEV_SM_CLOCK",))["passed"]
 
 
 def test_real_injected_xid_42_is_reported():
     text = real("dcgm-exporter", "t400-4gb_drv545_xid-42-injected_exp-xid-errors-count.txt")
-    out = validation.exporter_verdict("workstation", text, 1, ("DCGM_FI_DEV_XID_ERRORS_ACTIVE",))
+    out = gpu_health.exporter_verdict("workstation", text, 1, ("DCGM_FI_DEV_XID_ERRORS_ACTIVE",))
     assert out["reasons"] == ["GPU 0 of node workstation reports Xid 42 (1 times)"]
 
 
 def test_real_page_from_another_host_is_refused():
     text = real("dcgm-exporter", "h100-80gb-hbm3-mig-1g.10gb_drv535_k8s-pod-labels_excerpt.txt")
-    out = validation.exporter_verdict(NODE, text, 1, ("DCGM_FI_PROF_GR_ENGINE_ACTIVE",))
+    out = gpu_health.exporter_verdict(NODE, text, 1, ("DCGM_FI_PROF_GR_ENGINE_ACTIVE",))
     assert out["reasons"] == ["GPU exporter page of node %s carries Hostname gsrh100-074" % NODE]
 
 
@@ -131,24 +131,24 @@ def test_real_page_from_another_host_is_refused():
 
 @pytest.mark.parametrize("rc,error", [(127, "dcgmi not installed"), (2, "[Errno 2] No such file or directory: b'dcgmi'")])
 def test_diag_not_installed_is_not_run_never_pass(rc, error):
-    out = validation.diag_verdict(NODE, "", rc, error)
+    out = gpu_health.diag_verdict(NODE, "", rc, error)
     assert out["state"] == "not run" and out["note"] == "dcgmi not installed" and out["reasons"] == []
 
 
 def test_diag_real_outputs():
-    ok = validation.diag_verdict(NODE, real("dcgmi-diag", "r2_p4de-a100-80gb-x8_dcgm3.3.3_drv535_all-pass.txt"))
+    ok = gpu_health.diag_verdict(NODE, real("dcgmi-diag", "r2_p4de-a100-80gb-x8_dcgm3.3.3_drv535_all-pass.txt"))
     assert ok["state"] == "pass" and ok["reasons"] == []
-    bad = validation.diag_verdict(NODE, real("dcgmi-diag", "r2_gpu-memory-fail-gpu0_thermal-violation-warning_excerpt.txt"), 226)
+    bad = gpu_health.diag_verdict(NODE, real("dcgmi-diag", "r2_gpu-memory-fail-gpu0_thermal-violation-warning_excerpt.txt"), 226)
     assert bad["state"] == "fail"
     assert bad["reasons"] == ["DCGM diagnostic on node %s failed: GPU Memory (GPU: 0)" % NODE]
-    remap = validation.diag_verdict(NODE, real("dcgmi-diag",
+    remap = gpu_health.diag_verdict(NODE, real("dcgmi-diag",
                                                "deployment-error_uncorrectable-memory-row-remap-pending_excerpt.txt"), 226)
     assert remap["state"] == "fail" and "GPU 3 has uncorrectable memory errors" in remap["reasons"][0]
     assert NODE in remap["reasons"][0]
 
 
 def test_diag_that_did_not_run_fails():
-    out = validation.diag_verdict(NODE, "Error: unable to establish a connection to the specified host: localhost\n", 255,
+    out = gpu_health.diag_verdict(NODE, "Error: unable to establish a connection to the specified host: localhost\n", 255,
                                   "non-zero return code")
     assert out["state"] == "fail"
     assert out["reasons"] == ["DCGM diagnostic on node %s did not run (rc 255): Error: unable to establish a "
@@ -160,7 +160,7 @@ def test_diag_that_did_not_run_fails():
 def telemetry_evidence(**extra):
     ev = {"series_nodes": [NODE, "cloud-h200-1"], "owned": [NODE], "cloud": ["cloud-h200-1"],
           "existing_nodes": [NODE], "alerts": [], "alert_name": "GPUXidError", "fault_node": "",
-          "expected_gpus": "8", "exporter_metrics": list(validation.EXPORTER_FAMILIES), "exporter_error": "",
+          "expected_gpus": "8", "exporter_metrics": list(gpu_health.EXPORTER_FAMILIES), "exporter_error": "",
           "dcgm_diag": {"rc": 127, "stdout": "", "msg": "dcgmi not installed"}}
     ev.update(extra)
     return ev
@@ -223,8 +223,8 @@ def test_labelled_count_mismatch_names_node_and_field():
 def test_shared_and_mig_single_products_compare_their_gpu():
     shared = validation.inventory_verdict(NODE, facts(), labelled_node(product="A100-SXM4-80GB-SHARED"), A100)
     assert shared["passed"], shared["reasons"]
-    mig = validation.inventory_verdict(NODE, facts(), labelled_node(product="NVIDIA-A100-SXM4-80GB-MIG-1g.10gb",
-                                                                     count="56"), A100)
+    mig = validation.inventory_verdict(
+        NODE, facts(), labelled_node(product="NVIDIA-A100-SXM4-80GB-MIG-1g.10gb", count="56"), A100)
     assert mig["passed"], mig["reasons"]
     assert mig["gpu_labels"]["compared"] == ["gpu_model"] and "single MIG strategy" in mig["gpu_labels"]["note"]
 
