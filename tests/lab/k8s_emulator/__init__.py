@@ -12,9 +12,11 @@ from .server import Emulator
 __all__ = ["Emulator", "serve"]
 
 
-def serve(cluster, binds, port, cert, key, token_file, node_grace=20.0, version="v1.30.4",
-          log_file=None, rules_file=None, tick=0.2):
-    """Start an emulator in background threads and return it (call .stop() when done)."""
+def serve(cluster, binds, port, cert, key, token_file, node_grace=40.0, version="v1.30.4",
+          log_file=None, rules_file=None, tick=0.2, pdb_lag=0.2, confirm_pod_deletion=False):
+    """Start an emulator in background threads and return it (call .stop() when done).
+    `confirm_pod_deletion` is for tests without any kubelet: the server then confirms a
+    Terminating pod at once, as its kubelet would."""
     return Emulator(cluster, binds, port, cert, key, token_file, node_grace=node_grace,
                     version=version, log_file=log_file, rules_file=rules_file,
-                    tick=tick).start()
+                    tick=tick, pdb_lag=pdb_lag, confirm_pod_deletion=confirm_pod_deletion).start()
