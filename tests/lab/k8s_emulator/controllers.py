@@ -374,7 +374,8 @@ class Controllers:
     # ---- Job controller ----
     def jobs(self):
         for job in self.store.items("jobs"):
-            self._sync_job(job)
+            if not job["metadata"].get("deletionTimestamp"):  # a Job being deleted gets no new pods
+                self._sync_job(job)
 
     def _sync_job(self, job):
         store = self.store
