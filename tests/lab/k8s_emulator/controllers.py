@@ -1,5 +1,6 @@
-"""Background controllers: scheduler, Job controller, node lifecycle, PDB status, garbage
-collection. One thread, one pass every `tick` seconds (and on every write), under the store lock."""
+"""Background controllers: scheduler, Job controller, DaemonSet controller (daemonsets.py), node
+lifecycle (nodehealth.py), PDB status, garbage collection (lifecycle.py) and pod GC.
+One thread, one pass every `tick` seconds (and on every write), under the store lock."""
 import copy
 import logging
 import math
@@ -14,8 +15,6 @@ from .store import ApiError, now_rfc3339, parse_time, random_suffix
 log = logging.getLogger("k8s_emulator")
 GPU = "nvidia.com/gpu"
 TERMINAL = ("Succeeded", "Failed")
-UNREACHABLE_TAINTS = [{"key": "node.kubernetes.io/unreachable", "effect": "NoSchedule"},
-                      {"key": "node.kubernetes.io/unreachable", "effect": "NoExecute"}]
 PODS, NODES, JOBS = BY_PLURAL["pods"], BY_PLURAL["nodes"], BY_PLURAL["jobs"]
 PDBS = BY_PLURAL["poddisruptionbudgets"]
 _EVICTED = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}
