@@ -50,6 +50,12 @@ def _cond(obj, ctype):
     return None
 
 
+def _live(pods):
+    """Pods not being deleted: a Terminating pod (an evicted one, or one on a lost node, waiting
+    for its kubelet) has a replacement, and the Job is judged by the newest pods."""
+    return [p for p in pods if not (p.get("metadata") or {}).get("deletionTimestamp")]
+
+
 def _job_gpus(job):
     total = 0
     for c in (((job.get("spec") or {}).get("template") or {}).get("spec") or {}).get("containers") or []:
@@ -332,9 +338,9 @@ class K8sCloudCluster(backends.CloudCluster):
                 cj.phase, cj.reason = backends.FAILED, "job finished without reporting its output checksum"
         elif _cond(job, "Failed"):
             cj.phase, cj.reason = backends.FAILED, _cond(job, "Failed").get("reason")
-        elif any((p.get("status") or {}).get("phase") == "Running" for p in pods):
+        elif any((p.get("status") or {}).get("phase") == "Running" for p in _live(pods)):
             cj.phase = backends.RUNNING
-            lost = self._lost_node(pods)
+            lost = self._lost_node(_live(pods))
             if lost:
                 cj.phase, cj.reason = backends.FAILED, "NodeLost: %s is not Ready" % lost
         else:

@@ -19,7 +19,7 @@ def main(argv=None):
     p.add_argument("--token-file", required=True,
                    help='static tokens, kube-apiserver format: token,user,uid,"g1,g2"')
     p.add_argument("--rules-file", help="optional RBAC-lite YAML rules for other users")
-    p.add_argument("--node-grace", type=float, default=20.0,
+    p.add_argument("--node-grace", type=float, default=40.0,
                    help="seconds without heartbeat before a Node goes Ready=Unknown")
     p.add_argument("--version", default="v1.30.4", help="gitVersion served on /version")
     p.add_argument("--log-file", help="append one line per request here (default: stderr)")

@@ -42,6 +42,7 @@ RESOURCES = [
     Resource("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", True, ["pdb"],
              ["status"]),
     Resource("coordination.k8s.io", "v1", "leases", "Lease", True, has_status=False),
+    Resource("apps", "v1", "daemonsets", "DaemonSet", True, ["ds"], ["status"]),
     # Object-count quota only (spec.hard "count/<plural>[.<group>]"), checked on create.
     Resource("", "v1", "resourcequotas", "ResourceQuota", True, ["quota"], ["status"]),
     Resource("certificates.k8s.io", "v1", "certificatesigningrequests", "CertificateSigningRequest", False,

@@ -47,6 +47,16 @@ def _store_sub(sub):
     return "status" if sub == "approval" else (sub or None)
 
 
+def _grace(value):
+    """DeleteOptions.gracePeriodSeconds (query or body), or None."""
+    if value in (None, ""):
+        return None
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        raise ApiError(400, "BadRequest", "invalid gracePeriodSeconds %r" % (value,))
+
+
 class _Ended:
     """Tells a watch to end: the emulator stops, or the client closed its connection (a
     watching client sends nothing, so a readable socket means EOF)."""
@@ -165,16 +175,18 @@ class Handler(BaseHTTPRequestHandler):
 
 
 class Emulator:
-    def __init__(self, cluster, binds, port, cert, key, token_file, node_grace=20.0,
-                 version="v1.30.4", log_file=None, rules_file=None, tick=0.2, client_ca=None,
-                 signing_cert=None, signing_key=None, signing_duration=365 * 24 * 3600):
+    def __init__(self, cluster, binds, port, cert, key, token_file, node_grace=40.0,
+                 version="v1.30.4", log_file=None, rules_file=None, tick=0.2, pdb_lag=0.2,
+                 confirm_pod_deletion=False, client_ca=None, signing_cert=None, signing_key=None,
+                 signing_duration=365 * 24 * 3600):
         self.cluster = cluster
         self.version = version
         validation.preload()  # a missing schema package fails the start, not every write
         self.store = Store()
         self.tokens = auth.TokenFile(token_file)
         self.rules = auth.Rules(rules_file)
-        self.controllers = Controllers(self.store, node_grace=node_grace, tick=tick)
+        self.controllers = Controllers(self.store, node_grace=node_grace, tick=tick, pdb_lag=pdb_lag,
+                                       confirm_pod_deletion=confirm_pod_deletion)
         self._log_lock = threading.Lock()
         self.stopping = threading.Event()
         self._log_fh = open(log_file, "a", encoding="utf-8") if log_file else None
@@ -429,10 +441,11 @@ class Emulator:
             if opts.get("orphanDependents") is True:
                 policy = "Orphan"
             pre = opts.get("preconditions") or {}
-            gone = store.delete(res, ns, name, policy, admit, pre.get("uid"),
-                                pre.get("resourceVersion"), dry)
-            if res.plural in ("pods", "namespaces"):
-                return 200, gone, None
+            grace = query.get("gracePeriodSeconds", opts.get("gracePeriodSeconds"))
+            gone, deleted = store.delete(res, ns, name, policy, admit, pre.get("uid"),
+                                         pre.get("resourceVersion"), dry, _grace(grace))
+            if res.plural in ("pods", "namespaces") or not deleted:
+                return 200, gone, None  # an object still held (Terminating, finalizers) comes back
             return 200, {"kind": "Status", "apiVersion": "v1", "metadata": {},
                          "status": "Success",
                          "details": {"name": name, "group": res.group, "kind": res.plural,

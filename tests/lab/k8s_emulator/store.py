@@ -9,6 +9,7 @@ import threading
 import time
 import uuid
 
+from . import lifecycle
 from . import patch as patchlib
 from . import validation
 from .errors import ApiError
@@ -370,7 +371,7 @@ class Store:
                                {"name": name, "group": res.group, "kind": res.plural})
             if res.namespaced and res.plural != "resourcequotas":
                 self._check_quota(res, ns, name)
-            for key in ("resourceVersion", "deletionTimestamp", "managedFields"):
+            for key in ("resourceVersion", "deletionTimestamp", "deletionGracePeriodSeconds", "managedFields"):
                 meta.pop(key, None)
             meta["uid"] = str(uuid.uuid4())
             meta["creationTimestamp"] = now_rfc3339()
@@ -436,6 +437,9 @@ class Store:
             if not spec.get("manualSelector"):
                 spec["selector"] = {"matchLabels": {"batch.kubernetes.io/controller-uid": uid}}
             obj["status"] = {}
+        elif kind == "DaemonSet":
+            from .daemonsets import default as daemonset_default
+            daemonset_default(obj)
         elif kind == "PodDisruptionBudget":
             obj["status"] = {"currentHealthy": 0, "desiredHealthy": 0, "disruptionsAllowed": 0,
                              "expectedPods": 0, "observedGeneration": 0}
@@ -486,7 +490,7 @@ class Store:
         meta = result.setdefault("metadata", {}) or {}
         result["metadata"] = meta
         for key in ("name", "namespace", "uid", "creationTimestamp", "generation",
-                    "resourceVersion", "deletionTimestamp"):
+                    "resourceVersion", "deletionTimestamp", "deletionGracePeriodSeconds"):
             if key in old["metadata"]:
                 meta[key] = old["metadata"][key]
             else:
@@ -530,7 +534,7 @@ class Store:
                 warnings.extend(found)
             if admit:
                 admit(old, new)
-            return self._commit(res, new, dry_run)
+            return self._commit_update(res, old, new, dry_run)
 
     def patch(self, res, ns, name, content_type, body, subresource=None, admit=None,
               dry_run=False, field_validation=None, warnings=None):
@@ -581,10 +585,20 @@ class Store:
                 warnings.extend(found)
             if admit:
                 admit(old, new)
-            return self._commit(res, new, dry_run)
+            return self._commit_update(res, old, new, dry_run)
+
+    def _commit_update(self, res, old, new, dry_run):
+        """Commit an update; one that removes the last finalizer of a deleted object deletes it."""
+        lifecycle.check_update(res, old, new)
+        if lifecycle.deletes_on_update(old, new):
+            if dry_run:
+                return copy.deepcopy(new)
+            return self.delete_internal(res, old)
+        return self._commit(res, new, dry_run)
 
     def delete(self, res, ns, name, propagation=None, admit=None, precondition_uid=None,
-               precondition_rv=None, dry_run=False):
+               precondition_rv=None, dry_run=False, grace=None):
+        """Delete as upstream (see lifecycle.py); returns (object, deleted_now)."""
         with self.lock:
             old = self.objects[res.plural].get((ns, name))
             if old is None:
@@ -599,8 +613,10 @@ class Store:
                 gone = copy.deepcopy(old)
                 if res.plural == "namespaces":
                     gone.setdefault("status", {})["phase"] = "Terminating"
-                return gone
-            return self.delete_internal(res, old, propagation)
+                return gone, True
+            if res.plural == "namespaces":
+                return self.delete_internal(res, old, propagation), True
+            return lifecycle.delete(self, res, old, propagation, grace)
 
     def delete_internal(self, res, obj, propagation=None):
         with self.lock:
@@ -626,19 +642,6 @@ class Store:
                             self.delete_internal(BY_PLURAL[plural], objs[okey], "Orphan")
                 self._index_node_tokens()
                 gone.setdefault("status", {})["phase"] = "Terminating"
-            policy = propagation or ("Orphan" if res.kind == "Job" else "Background")
-            uid = meta.get("uid")
-            for plural, objs in self.objects.items():
-                for child in list(objs.values()):
-                    refs = child["metadata"].get("ownerReferences") or []
-                    if not any(r.get("uid") == uid for r in refs):
-                        continue
-                    if policy == "Orphan":
-                        child = copy.deepcopy(child)
-                        child["metadata"]["ownerReferences"] = [
-                            r for r in refs if r.get("uid") != uid]
-                        self._commit(BY_PLURAL[plural], child)
-                    else:
-                        self.delete_internal(BY_PLURAL[plural], child, policy)
+            # Dependents are the garbage collector's (lifecycle.collect).
             self.changed.notify_all()
             return gone
