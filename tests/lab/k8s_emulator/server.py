@@ -11,7 +11,9 @@ import types
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
-from . import auth, resources, validation
+import yaml
+
+from . import apply, auth, media, openapi, resources, reviews, tables, validation
 from .controllers import Controllers, evict
 from .store import ApiError, Store
 
@@ -137,6 +139,8 @@ class Handler(BaseHTTPRequestHandler):
             if isinstance(body, types.GeneratorType):
                 self._stream(code, body)
             else:
+                if ctype is None and getattr(self, "_rtype", None) == "application/yaml":
+                    body, ctype = yaml.safe_dump(body, default_flow_style=False), "application/yaml"
                 self._send(code, body, ctype or "application/json")
         except ApiError as exc:
             self._send(exc.code, exc.status())
@@ -224,13 +228,18 @@ class Emulator:
         if user is None:
             raise ApiError(401, "Unauthorized", "Unauthorized")
         handler._user = user.name
+        handler._rtype = media.response_type(handler.headers.get("Accept"))
         parts = [p for p in path.split("/") if p]
+        if parts[:1] == ["openapi"]:
+            return self._openapi(parts[1:])
         if parts == ["api"]:
             return 200, resources.api_versions("%s:%d" % (self.binds[0], self.port)), None
         if parts == ["apis"]:
-            return 200, resources.api_group_list(), None
+            doc = resources.api_group_list()
+            doc["groups"] += reviews.groups()
+            return 200, doc, None
         if len(parts) == 2 and parts[0] == "apis":
-            group = resources.api_group(parts[1])
+            group = resources.api_group(parts[1]) or reviews.group(parts[1])
             if group is None:
                 raise ApiError(404, "NotFound", "the server could not find the requested resource")
             return 200, group, None
@@ -241,10 +250,14 @@ class Emulator:
         else:
             raise ApiError(404, "NotFound", "the server could not find the requested resource")
         if not rest:
-            doc = resources.resource_list(group, version)
+            doc = resources.resource_list(group, version) or reviews.resource_list(group, version)
             if doc is None:
                 raise ApiError(404, "NotFound", "the server could not find the requested resource")
             return 200, doc, None
+        if len(rest) == 1 and (group, version, rest[0]) in reviews.KINDS:
+            code, body = reviews.serve(user, group, version, rest[0], self._verb(method, None, "", query),
+                                       media.read_body(handler.headers, read_body(), "create"), self.rules)
+            return code, body, None
         ns = None
         if (rest[0] == "namespaces" and len(rest) >= 3
                 and (group, version, rest[2]) in resources.BY_PATH
@@ -260,6 +273,17 @@ class Emulator:
         verb = self._verb(method, name, sub, query)
         auth.authorize(user, verb, res, sub, ns, name, self.rules)
         return self._serve(handler, user, verb, res, ns, name, sub, query, read_body)
+
+    @staticmethod
+    def _openapi(rest):
+        if rest == ["v2"]:
+            return 200, openapi.v2_document(), "application/json"
+        if rest == ["v3"]:
+            return 200, openapi.v3_index(), "application/json"
+        doc = openapi.v3_document("/".join(rest[1:])) if rest[:1] == ["v3"] else None
+        if doc is None:
+            raise ApiError(404, "NotFound", "the server could not find the requested resource")
+        return 200, doc, "application/json"
 
     def _open_path(self, path):
         if path == "/version":
@@ -373,7 +397,11 @@ class Emulator:
                                  query.get("resourceVersion"), _watch_timeout(query),
                                  query.get("allowWatchBookmarks") in ("1", "true"),
                                  _Ended(self.stopping, handler.connection))
+            if tables.wants_table(handler.headers.get("Accept")):
+                events = tables.watch_table(res.plural, events, query.get("includeObject") or "Metadata")
             return 200, events, None
+        if verb in ("list", "get") and tables.wants_table(handler.headers.get("Accept")):
+            return 200, tables.for_request(store, res, ns, name, query), None
         if verb == "list":
             limit = int(query["limit"]) if query.get("limit", "").isdigit() else None
             return 200, store.list(res, ns, query.get("labelSelector"),
@@ -385,12 +413,17 @@ class Emulator:
         if verb == "create":
             if res.namespaced and ns is None:
                 raise ApiError(404, "NotFound", "the server could not find the requested resource")
-            return 201, store.create(res, ns, self._json(raw), admit, dry, fv, handler._warnings), None
+            return 201, store.create(res, ns, media.read_body(handler.headers, raw, verb), admit, dry, fv,
+                                     handler._warnings), None
         if verb == "update":
-            return 200, store.update(res, ns, name, self._json(raw), sub or None, admit,
+            return 200, store.update(res, ns, name, media.read_body(handler.headers, raw, verb), sub or None, admit,
                                      dry, fv, handler._warnings), None
         if verb == "patch":
             ctype = handler.headers.get("Content-Type")
+            media.read_body(handler.headers, raw, verb)
+            if media.media_type(ctype) == "application/apply-patch+yaml":
+                return apply.serve(store, res, ns, name, raw, sub or None, query, admit, dry, fv,
+                                   handler._warnings)
             return 200, store.patch(res, ns, name, ctype, self._json(raw), sub or None,
                                     admit, dry, fv, handler._warnings), None
         if verb == "delete":
