@@ -326,6 +326,9 @@ class Emulator:
         if verb == "watch":
             if match and match != "NotOlderThan":
                 errs.append(validation.not_supported("resourceVersionMatch", match, ["NotOlderThan", ""]))
+            if "sendInitialEvents" in query:  # the WatchList gate is off in 1.30; clients fall back to list+watch
+                errs.append(validation.forbidden("sendInitialEvents", "sendInitialEvents is forbidden for watch "
+                                                 "unless the WatchList feature gate is enabled"))
         elif match:
             if not query.get("resourceVersion"):
                 errs.append(validation.forbidden("resourceVersionMatch", "resourceVersionMatch is forbidden "
