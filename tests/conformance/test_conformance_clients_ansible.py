@@ -5,7 +5,19 @@ import os
 import subprocess
 import sys
 
+import pytest
+
+from clients import release_nodes
 from conftest import POOL_LABEL, REAL
+
+
+@pytest.fixture(autouse=True)
+def _release_nodes(api):
+    dummy, h = api
+    since = len(h.created_nodes)
+    yield
+    release_nodes(h, since)
+
 
 PLAYBOOK = os.path.join(os.path.dirname(os.path.abspath(__file__)), "clients", "kubernetes_core.yml")
 

@@ -6,7 +6,16 @@ from urllib.parse import urlencode
 import pytest
 from kubernetes import client
 
+from clients import release_nodes
 from conftest import emulator_only
+
+
+@pytest.fixture(autouse=True)
+def _release_nodes(api):
+    dummy, h = api
+    since = len(h.created_nodes)
+    yield
+    release_nodes(h, since)
 
 
 def raw(api_client, method, path, headers=None, body=None, query=None):
@@ -56,12 +65,12 @@ def test_table_output_for_nodes_pods_jobs_namespaces(api):
     h.core.create_namespaced_pod(h.ns, {"metadata": {"name": pod},
                                         "spec": {"nodeName": node, "restartPolicy": "Never",
                                                  "containers": [{"name": "main", "image": "busybox"}]}})
+    pods = "/api/v1/namespaces/%s/pods" % h.ns
+    jobs = "/apis/batch/v1/namespaces/%s/jobs" % h.ns
     expect = {"/api/v1/nodes": ["Name", "Status", "Roles", "Age", "Version", "Internal-IP", "External-IP",
                                 "OS-Image", "Kernel-Version", "Container-Runtime"],
-              "/api/v1/namespaces/%s/pods" % h.ns: ["Name", "Ready", "Status", "Restarts", "Age", "IP", "Node",
-                                                   "Nominated Node", "Readiness Gates"],
-              "/apis/batch/v1/namespaces/%s/jobs" % h.ns: ["Name", "Completions", "Duration", "Age",
-                                                          "Containers", "Images", "Selector"],
+              pods: ["Name", "Ready", "Status", "Restarts", "Age", "IP", "Node", "Nominated Node", "Readiness Gates"],
+              jobs: ["Name", "Completions", "Duration", "Age", "Containers", "Images", "Selector"],
               "/api/v1/namespaces": ["Name", "Status", "Age"]}
     for path, columns in expect.items():
         code, dummy, table = raw(api_client, "GET", path, {"Accept": TABLE})

@@ -8,8 +8,18 @@ import time
 import pytest
 from kubernetes import client
 
+from clients import release_nodes
 from clients.kubectl import Kubectl, binaries
 from conftest import POOL_LABEL, REAL
+
+
+@pytest.fixture(autouse=True)
+def _release_nodes(api):
+    dummy, h = api
+    since = len(h.created_nodes)
+    yield
+    release_nodes(h, since)
+
 
 PROTOBUF_SKIP = ("kubectl %s sends this typed write as application/vnd.kubernetes.protobuf; the emulator "
                  "reads JSON only and answers 415, checked above")

