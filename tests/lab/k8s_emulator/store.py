@@ -9,7 +9,7 @@ import threading
 import time
 import uuid
 
-from . import lifecycle
+from . import lifecycle, paging
 from . import patch as patchlib
 from . import validation
 from .errors import ApiError
@@ -161,30 +161,29 @@ class Store:
         lreqs, freqs = self._selectors(res, label_selector, field_selector)
         keep = self._matcher(ns, lreqs, freqs)
         want = parse_rv(resource_version) if resource_version not in (None, "", "0") else None
-        if want is not None:
+        after = None
+        if cont:  # the list goes on at the token's version, after its last key (paging.py)
+            want, after = paging.decode(cont)
+            match = "Exact"
+        elif want is not None:
             self._wait_for_rv(want)
         with self.lock:
             if match == "Exact" and want is not None:
-                objs = self._state_at(res.plural, want)
+                try:
+                    objs = self._state_at(res.plural, want)
+                except ApiError:
+                    if cont:
+                        raise paging.expired()
+                    raise
                 meta = {"resourceVersion": str(want)}
             else:
                 objs = self.items(res.plural, ns)
                 meta = {"resourceVersion": str(self.rv)}
-            out = [copy.deepcopy(o) for o in objs if keep(o)]
-        start = 0
-        if cont:
-            try:
-                start = int(base64.urlsafe_b64decode(cont.encode()).decode())
-            except (ValueError, UnicodeDecodeError):
-                raise ApiError(400, "BadRequest", "invalid continue token")
-        if limit:
-            end = start + limit
-            if end < len(out):
-                meta["continue"] = base64.urlsafe_b64encode(str(end).encode()).decode()
-                meta["remainingItemCount"] = len(out) - end
-            out = out[start:end]
-        else:
-            out = out[start:]
+            out = [copy.deepcopy(o) for o in objs if keep(o) and paging.after(o, after)]
+        if limit and limit < len(out):
+            meta["continue"] = paging.encode(int(meta["resourceVersion"]), out[limit - 1])
+            meta["remainingItemCount"] = len(out) - limit
+            out = out[:limit]
         return {"kind": res.kind + "List", "apiVersion": res.api_version, "metadata": meta,
                 "items": out}
 
