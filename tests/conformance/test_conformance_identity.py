@@ -70,8 +70,8 @@ def _client(h, name, token=None, cert_pem=None, key_pem=None):
 def _token(h, signing=False, expires_in=3600, groups=(JOIN_GROUP,), authentication=True, **extra):
     """Create a bootstrap token Secret as admin; return (token id, token secret)."""
     alphabet = string.ascii_lowercase + string.digits
-    token_id = "".join(secrets.choice(alphabet) for _ in range(6))
-    token_secret = "".join(secrets.choice(alphabet) for _ in range(16))
+    token_id = "".join(secrets.choice(alphabet) for _index in range(6))
+    token_secret = "".join(secrets.choice(alphabet) for _index in range(16))
     data = {"token-id": token_id, "token-secret": token_secret, "expiration": _stamp(expires_in),
             "usage-bootstrap-authentication": "true" if authentication else "false",
             "usage-bootstrap-signing": "true" if signing else "false"}

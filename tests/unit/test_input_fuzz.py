@@ -89,7 +89,7 @@ def mutated(draw, base):
     """The real document with one to three mutations: a value replaced, a key or item dropped,
     or a key added."""
     doc = copy.deepcopy(base)
-    for _ in range(draw(st.integers(min_value=1, max_value=3))):
+    for _step in range(draw(st.integers(min_value=1, max_value=3))):
         path = draw(st.sampled_from(_paths(doc)))
         if not path:
             doc = draw(VALUES) if draw(st.integers(0, 9)) == 0 else doc

@@ -67,4 +67,4 @@ def test_operator_path_moves_a_movable_class_in_the_same_pass(world):
     assert outcomes["reg-1"] == "refused"
     assert outcomes["ok-1"] != "refused"
     assert local.state("ok-1") == backends.Q_HELD
-    assert [job_id for job_id in cloud.by_job] == ["ok-1"]
+    assert list(cloud.by_job) == ["ok-1"]

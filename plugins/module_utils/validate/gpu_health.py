@@ -70,7 +70,7 @@ EXPORTER_FAMILIES = ("DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_POWER_USAGE", "DCGM_FI
 
 
 def _same_host(hostname, node):
-    return bool(hostname) and hostname.split(".")[0].lower() == str(node).split(".")[0].lower()
+    return bool(hostname) and hostname.split(".", maxsplit=1)[0].lower() == str(node).split(".", maxsplit=1)[0].lower()
 
 
 def exporter_verdict(node, text, expected_gpus=None, families=EXPORTER_FAMILIES, error=None):

@@ -176,7 +176,6 @@ class FakeApi:
                     return 200, pod
             return self.status(405, "MethodNotAllowed", path)
 
-
     def lease(self, method, name, body):
         if method == "GET":
             if name not in self.leases:
