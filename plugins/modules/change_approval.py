@@ -165,17 +165,17 @@ problems:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import approval as ap
-from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import schema as s
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import approval
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import schema
 
 
 def run(params):
     now = None
     if params.get("now"):
-        now = s.parse_timestamp(params["now"])
+        now = schema.parse_timestamp(params["now"])
         if now is None:
-            raise ap.ApprovalError(["now: %r is not an ISO 8601 time" % params["now"]])
-    return ap.gate(params, now=now)
+            raise approval.ApprovalError(["now: %r is not an ISO 8601 time" % params["now"]])
+    return approval.gate(params, now=now)
 
 
 def main():
@@ -206,10 +206,10 @@ def main():
         params["ledger_dir"] = None  # check mode leaves the ledger as it is
     try:
         result = run(params)
-    except ap.ApprovalError as exc:
+    except approval.ApprovalError as exc:
         module.fail_json(msg="%s. Nothing was changed." % exc, problems=exc.problems,
                          change_id=exc.change_id)
-    except s.SchemaError as exc:
+    except schema.SchemaError as exc:
         module.fail_json(msg="boundary %s is invalid: %s" % (module.params["boundary"], exc),
                          problems=exc.errors)
     module.exit_json(changed=False, approval=result)

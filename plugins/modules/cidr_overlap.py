@@ -74,11 +74,11 @@ count:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.hybridgpu.fleet.plugins.module_utils.preflight import cidr as c
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.preflight import cidr
 
 
 def run(params):
-    pairs = c.overlaps(params["onprem"], params["cloud"], params.get("within_side", False))
+    pairs = cidr.overlaps(params["onprem"], params["cloud"], params.get("within_side", False))
     failure = None
     if params.get("fail_on_overlap") and pairs:
         failure = "%d overlapping range pair(s): %s" % (len(pairs), "; ".join(
@@ -99,7 +99,7 @@ def main():
     )
     try:
         result, failure = run(module.params)
-    except c.CidrError as exc:
+    except cidr.CidrError as exc:
         module.fail_json(msg="cidr_overlap: %s" % exc)
     if failure:
         module.fail_json(msg=failure, **result)

@@ -133,7 +133,8 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import cmd
-from ansible_collections.hybridgpu.fleet.plugins.module_utils.preflight import probes as p
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.preflight import clock
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.preflight import probe_rows
 
 
 def main():
@@ -159,7 +160,7 @@ def main():
         if params["mode"] == "stop":
             try:
                 sock.bind((params["server"], 0))
-                sock.sendto(p.encode_stop(), (params["server"], params["port"]))
+                sock.sendto(clock.encode_stop(), (params["server"], params["port"]))
             except OSError as exc:
                 module.fail_json(msg="clock_probe on %s: cannot send stop to %s:%s: %s"
                                  % (host, params["server"], params["port"], exc))
@@ -170,12 +171,12 @@ def main():
             except OSError as exc:
                 module.fail_json(msg="clock_probe on %s: cannot bind the time responder to %s:%s: %s"
                                  % (host, params["server"], params["port"], exc))
-            served = p.serve(sock, params["serve_seconds"], params["expect_clients"])
+            served = clock.serve(sock, params["serve_seconds"], params["expect_clients"])
             module.exit_json(changed=False, served=served, host=host)
         start = time.monotonic()
         try:
-            samples, lost = p.query(sock, params["server"], params["port"], params["samples"],
-                                    params["timeout"], name=host, nonce_base="%s-%d-" % (host, os.getpid()))
+            samples, lost = clock.query(sock, params["server"], params["port"], params["samples"],
+                                        params["timeout"], name=host, nonce_base="%s-%d-" % (host, os.getpid()))
         except OSError as exc:
             samples, lost = [], params["samples"]
             module.warn("clock_probe on %s: %s" % (host, exc))
@@ -189,14 +190,14 @@ def main():
             except cmd.CommandError as exc:
                 module.fail_json(msg="clock_probe on %s: %s" % (host, exc))
 
-        sync = p.time_sync_status(run)
+        sync = clock.time_sync_status(run)
         server = "%s:%s" % (params["server"], params["port"])
-        result = p.clock_result(samples, lost, sync, params["max_offset_ms"], params["require_sync"], server)
+        result = clock.clock_result(samples, lost, sync, params["max_offset_ms"], params["require_sync"], server)
         result["elapsed_ms"] = round((time.monotonic() - start) * 1000.0, 3)
     finally:
         sock.close()
     name = params["source_name"] or host
-    rows = p.record_rows("clock", name, {name: result}, destination=params["server"])
+    rows = probe_rows.record_rows("clock", name, {name: result}, destination=params["server"])
     module.exit_json(changed=False, clock=result, record_rows=rows, host=host)
 
 

@@ -138,16 +138,16 @@ matrix:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.hybridgpu.fleet.plugins.module_utils.preflight import matrix as m
-from ansible_collections.hybridgpu.fleet.plugins.module_utils.preflight import nodes as n
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.preflight import matrix
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.preflight.nodes import api_server_versions, nodes_from_hosts
 
 
 def run(params):
     """Module logic without Ansible: returns (result, failure_message_or_None)."""
-    k8s = params.get("k8s_node_info") or []
-    nodes = list(params.get("nodes") or []) + n.nodes_from_hosts(params.get("hosts"), params.get("cloud_hosts"), k8s)
-    api_versions = dict(n.api_server_versions(k8s), **(params.get("api_server_versions") or {}))
-    result = m.build(
+    node_info = params.get("k8s_node_info") or []
+    nodes = list(params.get("nodes") or []) + nodes_from_hosts(params.get("hosts"), params.get("cloud_hosts"), node_info)
+    api_versions = dict(api_server_versions(node_info), **(params.get("api_server_versions") or {}))
+    result = matrix.build(
         nodes, cloud=params.get("cloud") or {}, job_image_cuda=params.get("job_image_cuda"),
         api_server_versions=api_versions, holds=params.get("holds") or {},
         boundary_status=params.get("boundary_status"),
@@ -182,7 +182,7 @@ def main():
     )
     try:
         result, failure = run(module.params)
-    except m.MatrixError as exc:
+    except matrix.MatrixError as exc:
         module.fail_json(msg="compat_matrix: bad input: %s" % exc)
     if failure:
         module.fail_json(msg=failure, matrix=result)

@@ -105,9 +105,9 @@ provider_rules:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import boundary as bd
-from ansible_collections.hybridgpu.fleet.plugins.module_utils.onboard import host_rules as fr
-from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import path_map as pt
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.common.boundary import load_boundary
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.onboard import host_rules
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import path_map
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import schema
 
 
@@ -129,18 +129,18 @@ def main():
     )
     p = module.params
     try:
-        table = pt.load_path_table(p["path_table"])
+        table = path_map.load_path_table(p["path_table"])
         if p["node"] not in table.doc["hosts"]:
             module.fail_json(msg="Node %s is not listed in the path table %s (hosts)" % (p["node"], p["path_table"]))
         if p["side"] == "cloud":
-            rules = fr.provider_rules(table, p["node"], p["site_arrival"], p["site_group"],
-                                      p["extra_provider_rules"])
+            rules = host_rules.provider_rules(table, p["node"], p["site_arrival"], p["site_group"],
+                                              p["extra_provider_rules"])
             module.exit_json(changed=False, provider_rules=rules)
-        boundary = bd.load_boundary(p["boundary"]) if p["boundary"] else None
-        res = fr.host_rules(table, boundary, p["node"], p["ssh_port"], p["extra_inbound"], p["enforce_egress"])
+        boundary = load_boundary(p["boundary"]) if p["boundary"] else None
+        res = host_rules.host_rules(table, boundary, p["node"], p["ssh_port"], p["extra_inbound"], p["enforce_egress"])
     except schema.SchemaError as err:
         module.fail_json(msg="Firewall rules for node %s: invalid input: %s" % (p["node"], err))
-    except fr.RulesError as err:
+    except host_rules.RulesError as err:
         module.fail_json(msg="Firewall rules: %s" % err)
     module.exit_json(changed=False, **res)
 

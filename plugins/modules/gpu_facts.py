@@ -146,6 +146,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import cmd
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.parsers import nvidia_smi
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.parsers import nvidia_smi_table
 
 QUERY_FIELDS = ["index", "name", "uuid", "memory.total", "driver_version", "mig.mode.current",
                 "pci.bus_id", "compute_cap"]
@@ -250,7 +251,7 @@ def _cuda(node, smi, facts):
     rc, out, err = node.exec([smi])
     if rc == 0:
         try:
-            table = nvidia_smi.parse_table(out)
+            table = nvidia_smi_table.parse_table(out)
         except nvidia_smi.NvidiaSmiParseError:
             table = {}
         if table.get("cuda_version") and table["cuda_version"] != "N/A":

@@ -11,7 +11,8 @@ short_description: List the Nodes of a cluster with their GPU capacity and readi
 version_added: "0.1.0"
 description:
   - Reads Nodes through the Kubernetes API with one list call and returns, per Node, its
-    readiness, schedulability, labels, taints, GPU capacity and versions.
+    readiness, schedulability, labels, taints, GPU capacity, versions and the GPU facts the
+    NVIDIA GPU feature discovery labels carry (product, count, memory, MIG, driver and CUDA).
   - Read-only; runs the same in check mode.
 extends_documentation_fragment:
   - hybridgpu.fleet.attributes
@@ -72,6 +73,69 @@ nodes:
     gpu_allocatable:
       description: C(nvidia.com/gpu) allocatable, 0 when absent.
       type: int
+    gpu:
+      description:
+        - GPU facts from the NVIDIA GPU feature discovery / GPU operator labels (C(nvidia.com/gpu.*),
+          C(nvidia.com/mig.*), C(nvidia.com/cuda.*)).
+        - When the Node carries no such labels, C(product), C(count) and the versions are null and C(mig_profiles) is empty.
+      type: dict
+      contains:
+        product:
+          description: C(nvidia.com/gpu.product), for example C(NVIDIA-A100-SXM4-80GB); ends in C(-SHARED)
+            under time-slicing and in C(-MIG-<profile>) under the single MIG strategy.
+          type: str
+        count:
+          description: C(nvidia.com/gpu.count) (under the single MIG strategy, the number of MIG devices).
+          type: int
+        memory_mib:
+          description: C(nvidia.com/gpu.memory) as published (MiB).
+          type: int
+        memory_suspect:
+          description: Whether C(memory_mib) is too large to be MiB (some publishers put bytes there).
+          type: bool
+        replicas:
+          description: C(nvidia.com/gpu.replicas) (time-slicing replicas per GPU).
+          type: int
+        sharing_strategy:
+          description: C(nvidia.com/gpu.sharing-strategy).
+          type: str
+        shared:
+          description: Whether the GPUs are time-sliced (product ends in C(-SHARED) or replicas above 1).
+          type: bool
+        mig_capable:
+          description: C(nvidia.com/mig.capable).
+          type: bool
+        mig_strategy:
+          description: C(nvidia.com/mig.strategy), C(none), C(single) or C(mixed).
+          type: str
+        mig_config:
+          description: C(nvidia.com/mig.config), the MIG manager's configuration name.
+          type: str
+        mig_config_state:
+          description: C(nvidia.com/mig.config.state), for example C(success).
+          type: str
+        mig_profiles:
+          description: Per MIG profile (C(1g.10gb)...), C({count, memory_mib, product}) from the
+            C(nvidia.com/mig-<profile>.*) labels.
+          type: dict
+        driver_version:
+          description: Driver version, C(major.minor.rev).
+          type: str
+        cuda_runtime:
+          description: CUDA runtime version, C(major.minor).
+          type: str
+        compute_cap:
+          description: Compute capability, C(major.minor).
+          type: str
+        family:
+          description: C(nvidia.com/gpu.family), for example C(ampere).
+          type: str
+        machine:
+          description: C(nvidia.com/gpu.machine).
+          type: str
+        present:
+          description: C(nvidia.com/gpu.present).
+          type: bool
     kubelet_version:
       description: Kubelet (or agent) version the Node reports.
       type: str

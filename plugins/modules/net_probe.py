@@ -80,7 +80,7 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import cmd
-from ansible_collections.hybridgpu.fleet.plugins.module_utils.preflight import probes as p
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.preflight import network
 
 
 def main():
@@ -101,9 +101,9 @@ def main():
         return cmd.module_run(module, [path] + argv[1:], ok=cmd.ANY_STATUS)  # the probes read the exit status
 
     try:
-        results = p.run_net_probes(module.params["probes"], run=run, timeout=module.params["timeout"],
-                                   icmp_count=module.params["icmp_count"])
-    except p.ProbeError as exc:
+        results = network.run_net_probes(module.params["probes"], run=run, timeout=module.params["timeout"],
+                                         icmp_count=module.params["icmp_count"])
+    except network.ProbeError as exc:
         module.fail_json(msg="net_probe on %s: bad input: %s" % (host, exc))
     except cmd.CommandError as exc:
         module.fail_json(msg="net_probe on %s: %s" % (host, exc))

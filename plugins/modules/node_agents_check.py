@@ -61,8 +61,8 @@ agents:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.hybridgpu.fleet.plugins.module_utils.onboard import agents as ag
-from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import boundary as bd
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.onboard.agents import AgentError, check as check_agents
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.common.boundary import load_boundary
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import schema
 
 
@@ -73,11 +73,11 @@ def main():
         supports_check_mode=True,
     )
     try:
-        boundary = bd.load_boundary(module.params["boundary"])
-        agents = ag.check(module.params["agents"], boundary.allowed_agents())
+        boundary = load_boundary(module.params["boundary"])
+        agents = check_agents(module.params["agents"], boundary.allowed_agents())
     except schema.SchemaError as err:
         module.fail_json(msg="Access boundary %s is invalid: %s" % (module.params["boundary"], err))
-    except ag.AgentError as err:
+    except AgentError as err:
         module.fail_json(msg="Refusing agents (boundary %s): %s" % (module.params["boundary"], err))
     module.exit_json(changed=False, agents=agents)
 

@@ -156,7 +156,7 @@ had:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import manifest as mf
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import manifest
 
 
 def main():
@@ -178,32 +178,32 @@ def main():
     p = module.params
     had = []
     try:
-        before = mf.load(p["path"])
+        before = manifest.load(p["path"])
         if p["read"]:
-            mf.merge(before, p["node"])  # refuses a manifest of another node
+            manifest.merge(before, p["node"])  # refuses a manifest of another node
             if p["created_only"]:
-                mf.baseline(before, p["path"])
-            module.exit_json(changed=False, manifest=before, text=mf.dumps(before) if before else "",
+                manifest.baseline(before, p["path"])
+            module.exit_json(changed=False, manifest=before, text=manifest.dumps(before) if before else "",
                              baseline_recorded=bool(before and before.get("pre_onboarding")), had=[])
         arts = p["artefacts"]
         if p["created_only"]:
-            arts, had = mf.created(mf.baseline(before, p["path"]), arts)
-        after = mf.merge(before, p["node"], p["section"], arts, p["facts"],
-                         p["pre_onboarding"], p["replace"])
-    except mf.ManifestError as err:
+            arts, had = manifest.created(manifest.baseline(before, p["path"]), arts)
+        after = manifest.merge(before, p["node"], p["section"], arts, p["facts"],
+                               p["pre_onboarding"], p["replace"])
+    except manifest.ManifestError as err:
         where = "" if p["path"] in str(err) else " " + p["path"]
         module.fail_json(msg="Manifest%s for node %s: %s" % (where, p["node"], err))
-    text = mf.dumps(after)
-    changed = before is None or mf.dumps(before) != text
+    text = manifest.dumps(after)
+    changed = before is None or manifest.dumps(before) != text
     if changed and not module.check_mode:
         try:
-            mf.write(p["path"], after)
+            manifest.write(p["path"], after)
         except OSError as err:
             module.fail_json(msg="Cannot write manifest %s: %s" % (p["path"], err))
     result = dict(changed=changed, manifest=after, text=text,
                   baseline_recorded=bool(after.get("pre_onboarding")), had=had)
     if changed and module._diff:
-        result["diff"] = dict(before=mf.dumps(before) if before else "", after=text,
+        result["diff"] = dict(before=manifest.dumps(before) if before else "", after=text,
                               before_header=p["path"], after_header=p["path"])
     module.exit_json(**result)
 

@@ -148,10 +148,10 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import approval as ap
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import approval
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import files
-from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import manifest as mf
-from ansible_collections.hybridgpu.fleet.plugins.module_utils.lifecycle import removal as rm
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import manifest
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.lifecycle import removal
 
 
 def main():
@@ -162,7 +162,7 @@ def main():
             change_id=dict(type="str"),
             action=dict(type="str", default="report", choices=["start", "done", "report", "finish"]),
             manifest_path=dict(type="path"),
-            step=dict(type="str", choices=list(rm.STEPS)),
+            step=dict(type="str", choices=list(removal.STEPS)),
             details=dict(type="dict", default={}),
             boundary=dict(type="path"),
             record_path=dict(type="path"),
@@ -189,26 +189,26 @@ def main():
     if p["action"] == "start":
         gate = dict(p, action="remove", ledger_dir=None if module.check_mode else p["ledger_dir"])
         try:
-            approval = ap.gate(gate)
-        except ap.ApprovalError as exc:
+            verified = approval.gate(gate)
+        except approval.ApprovalError as exc:
             module.fail_json(msg="%s. Nothing was changed." % exc, problems=exc.problems, change_id=exc.change_id)
-        if p["change_id"] and p["change_id"] != approval["change_id"]:
+        if p["change_id"] and p["change_id"] != verified["change_id"]:
             module.fail_json(msg="change_id %s is not the verified record's %s; nothing was changed"
-                             % (p["change_id"], approval["change_id"]))
-        p["change_id"] = approval["change_id"]
-        result["approval"] = approval
+                             % (p["change_id"], verified["change_id"]))
+        p["change_id"] = verified["change_id"]
+        result["approval"] = verified
     try:
-        st = rm.RemovalState(p["root"], p["node"], p["change_id"])
+        st = removal.RemovalState(p["root"], p["node"], p["change_id"])
         if p["action"] == "start":
             others = st.others_unfinished()
             if others:
                 module.fail_json(msg="%s: a removal under %s is unfinished (done: %s); finish it with "
                                  "that change record first" % (p["node"], others[0]["change_id"],
                                                                ", ".join(others[0]["done"]) or "none"))
-            changed = st.start(mf.load(p["manifest_path"]), approval, module.check_mode)
+            changed = st.start(manifest.load(p["manifest_path"]), verified, module.check_mode)
             if st.doc is None:  # check mode on a new removal
-                st.doc = {"manifest": mf.load(p["manifest_path"]), "steps": {}, "change_id": p["change_id"]}
-            result["plan"] = rm.plan(st.doc["manifest"])
+                st.doc = {"manifest": manifest.load(p["manifest_path"]), "steps": {}, "change_id": p["change_id"]}
+            result["plan"] = removal.plan(st.doc["manifest"])
         elif p["action"] == "done":
             changed = st.mark(p["step"], p["details"], module.check_mode)
         elif p["action"] == "finish":
@@ -216,7 +216,7 @@ def main():
             if doc is None or not doc.get("finished_at"):
                 module.fail_json(msg="%s: removal %s is not verified yet; the manifest stays at %s"
                                  % (p["node"], p["change_id"], p["manifest_path"]))
-            current = mf.load(p["manifest_path"])
+            current = manifest.load(p["manifest_path"])
             snap = doc["manifest"]
             # only the manifest this removal worked from; a later onboarding's stays
             if current is not None and (current.get("pre_onboarding") or {}).get("recorded_at") == \
@@ -225,9 +225,9 @@ def main():
                 if not module.check_mode:
                     files.move(p["manifest_path"], os.path.join(st.folder, p["change_id"] + ".manifest.json"))
         report = st.report()
-    except (rm.RemovalError, mf.ManifestError, OSError) as err:
+    except (removal.RemovalError, manifest.ManifestError, OSError) as err:
         module.fail_json(msg="removal state for %s (change %s): %s" % (p["node"], p["change_id"], err))
-    result.update(report=report, summary=rm.summary(report), token_file=st.token_file)
+    result.update(report=report, summary=removal.summary(report), token_file=st.token_file)
     if p["action"] == "report" and p["fail_unfinished"] and not report["finished"]:
         module.fail_json(msg="removal not finished; " + result["summary"], **result)
     module.exit_json(changed=changed, **result)

@@ -39,7 +39,9 @@ options:
     choices: [dispatch, step, return_to_local]
     default: dispatch
   jobs:
-    description: Job IDs for the operator path and for C(return_to_local).
+    description:
+      - Job IDs for the operator path and for C(return_to_local).
+      - Each must match C([A-Za-z0-9][A-Za-z0-9._-]{0,127}) and hold no C(..); anything else is refused before any command runs.
     type: list
     elements: str
     default: []
@@ -56,29 +58,160 @@ options:
     required: true
   local_queue:
     description:
-      - The local queue. C(kind) is C(kubernetes) (with the auth options of the shared Kubernetes fragment,
-        e.g. C(kubeconfig), C(context), and C(namespace)) or C(slurm) (C(host), C(ssh_key), C(user)).
+      - The local queue. C(kind) is C(kubernetes) (with the Kubernetes connection options and C(namespace))
+        or C(slurm) (C(host), C(ssh_key), C(user), C(known_hosts)). Unknown keys are refused.
+      - A Slurm job's class comes from its partition, QOS and account (the C(slurm) block of each class in
+        I(job_classes)), never from anything the job's owner writes in the job.
     type: dict
     required: true
+    suboptions:
+      kind:
+        description: C(kubernetes) or C(slurm).
+        type: str
+      namespace:
+        description: Kubernetes only. Namespace of the local Jobs (C(overflow-local) when omitted).
+        type: str
+      node_selector:
+        description: Kubernetes only. Node selector of the local Jobs.
+        type: dict
+      tolerations:
+        description: Kubernetes only. Tolerations of the local Jobs.
+        type: list
+        elements: dict
+      host:
+        description: Slurm, the controller reached over SSH; Kubernetes, the API server URL (overrides the kubeconfig).
+        type: str
+      ssh_key:
+        description: Private key for SSH.
+        type: path
+      user:
+        description: SSH user (C(root) when omitted).
+        type: str
+      known_hosts:
+        description:
+          - File of trusted host keys (OpenSSH C(known_hosts) format). The host key is always checked
+            (C(StrictHostKeyChecking=yes)); without this file, against the user's own known_hosts files.
+        type: path
+      kubeconfig:
+        description: Kubernetes only. Path to a kubeconfig file.
+        type: path
+      context:
+        description: Kubernetes only. Context of the kubeconfig; the current context when omitted.
+        type: str
+      api_key:
+        description: Kubernetes only. Bearer token, overriding the kubeconfig's credentials.
+        type: str
+      ca_cert:
+        description: Kubernetes only. CA bundle that signs the API server's certificate.
+        type: path
+        aliases: [ssl_ca_cert]
+      validate_certs:
+        description: Kubernetes only. Verify the API server's certificate (on when omitted).
+        type: bool
+        aliases: [verify_ssl]
+      request_timeout:
+        description: Kubernetes only. Seconds to wait for one API request (10 when omitted).
+        type: float
+      api_retries:
+        description: Kubernetes only. Retries of a failed API request (the shared Kubernetes default when omitted).
+        type: int
   total_gpus:
     description: Site GPU pool by type, used when the queue backend cannot see the nodes.
     type: dict
   cloud:
-    description: The cloud cluster (Kubernetes auth options, C(namespace), C(pool) C(warm) or C(on_demand)).
+    description: The cloud cluster (Kubernetes connection options, C(namespace), C(pool)). Unknown keys are refused.
     type: dict
     required: true
+    suboptions:
+      namespace:
+        description: Namespace of the cloud Jobs (C(overflow) when omitted).
+        type: str
+      pool:
+        description: The cloud node pool (C(warm) when omitted).
+        type: str
+        choices: [warm, on_demand]
+      host:
+        description: API server URL, overriding the kubeconfig's server.
+        type: str
+      kubeconfig:
+        description: Path to a kubeconfig file.
+        type: path
+      context:
+        description: Context of the kubeconfig; the current context when omitted.
+        type: str
+      api_key:
+        description: Bearer token, overriding the kubeconfig's credentials.
+        type: str
+      ca_cert:
+        description: CA bundle that signs the API server's certificate.
+        type: path
+        aliases: [ssl_ca_cert]
+      validate_certs:
+        description: Verify the API server's certificate (on when omitted).
+        type: bool
+        aliases: [verify_ssl]
+      request_timeout:
+        description: Seconds to wait for one API request (10 when omitted).
+        type: float
+      api_retries:
+        description: Retries of a failed API request (the shared Kubernetes default when omitted).
+        type: int
   storage:
-    description: Cloud storage over rsync/SSH (C(host), C(ssh_key), C(remote_root), C(onprem_root)).
+    description: Cloud storage over rsync/SSH. Unknown keys are refused.
     type: dict
     required: true
+    suboptions:
+      host:
+        description: The storage host.
+        type: str
+      onprem_root:
+        description: On-prem folder where results land (C(<onprem_root>/<job ID>/<attempt ID>)).
+        type: path
+      remote_root:
+        description: Storage root on the storage host (C(/srv/cloud-storage) when omitted).
+        type: str
+      ssh_key:
+        description: Private key for SSH.
+        type: path
+      user:
+        description: SSH user (C(root) when omitted).
+        type: str
+      known_hosts:
+        description:
+          - File of trusted host keys (OpenSSH C(known_hosts) format). The host key is always checked
+            (C(StrictHostKeyChecking=yes)); without this file, against the user's own known_hosts files.
+        type: path
   job_template:
-    description:
-      - The cloud Job's C(command) (list; C({job_id}) is replaced, a C({shared}) item expands to
-        C(--shared NAME) per shared input), optional C(image), C(env), C(node_selector), C(request_gpus).
+    description: The cloud Job made for a moved job. Unknown keys are refused.
     type: dict
     required: true
+    suboptions:
+      command:
+        description:
+          - The command (C({job_id}) is replaced, a C({shared}) item expands to C(--shared NAME) per shared input).
+        type: list
+        elements: str
+      image:
+        description: Container image of the cloud Job.
+        type: str
+      env:
+        description: Environment of the cloud Job (put secrets in a Kubernetes Secret, not here).
+        type: dict
+      node_selector:
+        description: Node selector of the cloud Job.
+        type: dict
+      request_gpus:
+        description: Request the class's GPUs for the cloud Job.
+        type: bool
+        default: true
+      cloud_gpu_type:
+        description: GPU type the cloud pool offers, when it differs from the class's.
+        type: str
   inputs:
-    description: Inputs per job class, each a list of C(name), C(path) (file on the controller), C(shared).
+    description:
+      - Inputs per job class, each a list of C(name), C(path) (file on the controller), C(shared).
+      - Input and dataset names (like job IDs) must match C([A-Za-z0-9][A-Za-z0-9._-]{0,127}) and hold no C(..);
+        anything else is refused before any command runs.
     type: dict
     default: {}
   max_attempts:
@@ -90,6 +223,19 @@ options:
       - Drill only. C(interrupt_transfers), C(corrupt_results), C(failed_returns) (counts for this pass).
         Link faults are injected in the link proxy, not here.
     type: dict
+    suboptions:
+      interrupt_transfers:
+        description: Input copies killed part way.
+        type: int
+        default: 0
+      corrupt_results:
+        description: Returned outputs that land with one flipped byte.
+        type: int
+        default: 0
+      failed_returns:
+        description: Return copies that fail.
+        type: int
+        default: 0
 attributes:
   check_mode:
     support: full
@@ -104,10 +250,11 @@ EXAMPLES = r"""
     path: policy
     tracker_db: /srv/overflow/tracker.db
     job_classes: "{{ inventory_dir }}/overflow/job_classes.yml"
-    local_queue: {kind: slurm, host: 10.40.0.5, ssh_key: ~/.ssh/id_ed25519}
+    local_queue: {kind: slurm, host: 10.40.0.5, ssh_key: ~/.ssh/id_ed25519, known_hosts: /etc/overflow/known_hosts}
     total_gpus: {"NVIDIA A100-SXM4-80GB": 8}
     cloud: {kubeconfig: ~/.kube/config, context: cloud, namespace: overflow}
-    storage: {host: 10.128.8.30, ssh_key: ~/.ssh/id_ed25519, onprem_root: /srv/overflow/results}
+    storage: {host: 10.128.8.30, ssh_key: ~/.ssh/id_ed25519, known_hosts: /etc/overflow/known_hosts,
+              onprem_root: /srv/overflow/results}
     job_template: {command: [python3, /opt/job.py, "{shared}"]}
   register: pass_result
 """
@@ -136,32 +283,75 @@ snapshot:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import k8s
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.common.k8s_module import K8S_AUTH_ARG_SPEC
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow import backends, dispatch_run, jobclass
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow.slurm_backend import SlurmError
 
 CHANGING = frozenset(["submitted", "adopted", "released", "finished", "abandoned", "released_resources"])
 
+# The Kubernetes connection options inside local_queue and cloud: the shared spec's types, aliases and
+# no_log, without its defaults and environment fallbacks (dispatch_run applies its own defaults).
+K8S_SUBOPTIONS = dict((key, dict((k, v) for k, v in spec.items() if k in ("type", "aliases", "no_log")))
+                      for key, spec in K8S_AUTH_ARG_SPEC.items())
+SSH_SUBOPTIONS = dict(
+    host=dict(type="str"),
+    ssh_key=dict(type="path", no_log=False),
+    user=dict(type="str"),
+    known_hosts=dict(type="path"),
+)
+LOCAL_QUEUE_OPTIONS = dict(
+    K8S_SUBOPTIONS, **SSH_SUBOPTIONS,
+    kind=dict(type="str"),
+    namespace=dict(type="str"),
+    node_selector=dict(type="dict"),
+    tolerations=dict(type="list", elements="dict"),
+)
+CLOUD_OPTIONS = dict(
+    K8S_SUBOPTIONS,
+    namespace=dict(type="str"),
+    pool=dict(type="str", choices=["warm", "on_demand"]),
+)
+STORAGE_OPTIONS = dict(
+    SSH_SUBOPTIONS,
+    onprem_root=dict(type="path"),
+    remote_root=dict(type="str"),
+)
+JOB_TEMPLATE_OPTIONS = dict(
+    command=dict(type="list", elements="str"),
+    image=dict(type="str"),
+    env=dict(type="dict"),
+    node_selector=dict(type="dict"),
+    request_gpus=dict(type="bool", default=True),
+    cloud_gpu_type=dict(type="str"),
+)
+FAULT_OPTIONS = dict(
+    interrupt_transfers=dict(type="int", default=0),
+    corrupt_results=dict(type="int", default=0),
+    failed_returns=dict(type="int", default=0),
+)
+
+
+def argument_spec():
+    return dict(
+        path=dict(type="str", choices=["operator", "policy"], required=True),
+        action=dict(type="str", choices=["dispatch", "step", "return_to_local"], default="dispatch"),
+        jobs=dict(type="list", elements="str", default=[]),
+        actor=dict(type="str"),
+        tracker_db=dict(type="path", required=True),
+        job_classes=dict(type="path", required=True),
+        local_queue=dict(type="dict", required=True, options=LOCAL_QUEUE_OPTIONS),
+        total_gpus=dict(type="dict"),
+        cloud=dict(type="dict", required=True, options=CLOUD_OPTIONS),
+        storage=dict(type="dict", required=True, no_log=False, options=STORAGE_OPTIONS),
+        job_template=dict(type="dict", required=True, options=JOB_TEMPLATE_OPTIONS),
+        inputs=dict(type="dict", default={}),
+        max_attempts=dict(type="int", default=3),
+        faults=dict(type="dict", options=FAULT_OPTIONS),
+    )
+
 
 def main():
-    module = AnsibleModule(
-        argument_spec=dict(
-            path=dict(type="str", choices=["operator", "policy"], required=True),
-            action=dict(type="str", choices=["dispatch", "step", "return_to_local"], default="dispatch"),
-            jobs=dict(type="list", elements="str", default=[]),
-            actor=dict(type="str"),
-            tracker_db=dict(type="path", required=True),
-            job_classes=dict(type="path", required=True),
-            local_queue=dict(type="dict", required=True),
-            total_gpus=dict(type="dict"),
-            cloud=dict(type="dict", required=True),
-            storage=dict(type="dict", required=True, no_log=False),
-            job_template=dict(type="dict", required=True),
-            inputs=dict(type="dict", default={}),
-            max_attempts=dict(type="int", default=3),
-            faults=dict(type="dict"),
-        ),
-        supports_check_mode=True,
-    )
+    module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
     params = dict(module.params, check_mode=module.check_mode)
     if params["path"] == "operator" and params["action"] == "dispatch" and not params["jobs"]:
         module.fail_json(msg="path=operator needs the job IDs to move in jobs")

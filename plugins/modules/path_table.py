@@ -78,19 +78,19 @@ connection_direction:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import path_map as pt
-from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import schema as s
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import path_map
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import schema
 
 
 def run(params):
-    table = pt.load_path_table(params["path"])
-    probes = pt.evaluate(table.probes(), params.get("results") or {})
+    table = path_map.load_path_table(params["path"])
+    probes = path_map.evaluate(table.probes(), params.get("results") or {})
     return {
         "paths": table.paths,
         "hosts": table.doc["hosts"],
         "groups": table.doc["groups"],
         "probes": probes,
-        "connection_direction": pt.direction_verdict(table, probes),
+        "connection_direction": path_map.direction_verdict(table, probes),
     }
 
 
@@ -104,7 +104,7 @@ def main():
     )
     try:
         result = run(module.params)
-    except s.SchemaError as exc:
+    except schema.SchemaError as exc:
         module.fail_json(msg="invalid path table:\n" + "\n".join(exc.errors), errors=exc.errors)
     module.exit_json(changed=False, **result)
 

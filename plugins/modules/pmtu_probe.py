@@ -95,7 +95,8 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import cmd
-from ansible_collections.hybridgpu.fleet.plugins.module_utils.preflight import probes as p
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.preflight import network
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.preflight import probe_rows
 
 
 def main():
@@ -119,13 +120,13 @@ def main():
         return cmd.module_run(module, [module.get_bin_path(argv[0])] + argv[1:], ok=cmd.ANY_STATUS)
 
     try:
-        results = p.run_pmtu_probes(module.params["targets"], run, timeout=module.params["timeout"],
-                                    use_tracepath=module.params["tracepath"])
-    except p.ProbeError as exc:
+        results = network.run_pmtu_probes(module.params["targets"], run, timeout=module.params["timeout"],
+                                          use_tracepath=module.params["tracepath"])
+    except network.ProbeError as exc:
         module.fail_json(msg="pmtu_probe on %s: bad input: %s" % (host, exc))
     except cmd.CommandError as exc:
         module.fail_json(msg="pmtu_probe on %s: %s" % (host, exc))
-    rows = p.record_rows("pmtu", module.params["source_name"] or host, results)
+    rows = probe_rows.record_rows("pmtu", module.params["source_name"] or host, results)
     module.exit_json(changed=False, probe_results=results, record_rows=rows, host=host)
 
 

@@ -107,14 +107,14 @@ verdicts_digest:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import records as r
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import records
 
 
 def run(params, check_mode=False):
-    record = r.build_record(params["wave"], params["matrix"], params.get("probes") or [],
-                            params.get("connection_direction"), params.get("boundary_status"),
-                            params.get("cidr_overlaps") or [], params.get("run") or {})
-    res = r.write_records(params["dest"], record, force=params.get("force", False), check_mode=check_mode)
+    record = records.build_record(params["wave"], params["matrix"], params.get("probes") or [],
+                                  params.get("connection_direction"), params.get("boundary_status"),
+                                  params.get("cidr_overlaps") or [], params.get("run") or {})
+    res = records.write_records(params["dest"], record, force=params.get("force", False), check_mode=check_mode)
     res.update(verdicts=record["verdicts"], verdicts_digest=record["verdicts_digest"])
     return res
 
@@ -136,7 +136,7 @@ def main():
     )
     try:
         result = run(module.params, module.check_mode)
-    except r.RecordError as exc:
+    except records.RecordError as exc:
         module.fail_json(msg="preflight_record: bad input, nothing written: %s" % exc)
     except (IOError, OSError) as exc:
         module.fail_json(msg="preflight_record: could not write %s/%s (old records left intact): %s"

@@ -97,13 +97,13 @@ import json
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import cmd
-from ansible_collections.hybridgpu.fleet.plugins.module_utils.onboard import cloud_firewall as pf
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.onboard import cloud_firewall
 
 
 def main():
     module = AnsibleModule(
         argument_spec=dict(
-            provider=dict(type="str", default="lab_nft", choices=sorted(pf.PROVIDERS)),
+            provider=dict(type="str", default="lab_nft", choices=sorted(cloud_firewall.PROVIDERS)),
             state=dict(type="str", default="present", choices=["present", "absent"]),
             rules=dict(type="list", elements="dict", default=[]),
             management_sources=dict(type="list", elements="str", default=[]),
@@ -123,21 +123,21 @@ def main():
         # nft exits 1 for every refusal (no such table, a bad ruleset): the provider reads it
         return cmd.module_run(module, args, data=data, ok=(0, 1))
 
-    fw = pf.LabNftProvider(run, p["management_sources"], table=p["table"], ssh_port=p["ssh_port"],
-                           control_address=p["control_address"], state_dir=p["state_dir"])
+    fw = cloud_firewall.LabNftProvider(run, p["management_sources"], table=p["table"], ssh_port=p["ssh_port"],
+                                       control_address=p["control_address"], state_dir=p["state_dir"])
     try:
         before = fw.list()
         if p["state"] == "absent":
             changed = fw.delete(check_mode=module.check_mode)
             after = None
         else:
-            rules = pf.normalize_rules(p["rules"])
+            rules = cloud_firewall.normalize_rules(p["rules"])
             changed = fw.apply(rules, check_mode=module.check_mode)
             after = rules
-    except (pf.ProviderError, cmd.CommandError) as err:
+    except (cloud_firewall.ProviderError, cmd.CommandError) as err:
         module.fail_json(msg="Provider firewall (%s, table %s): %s" % (p["provider"], p["table"], err))
-    result = dict(changed=changed, rules=after or [], all_open_before=pf.all_open(before),
-                  all_open=pf.all_open(after))
+    result = dict(changed=changed, rules=after or [], all_open_before=cloud_firewall.all_open(before),
+                  all_open=cloud_firewall.all_open(after))
     if changed and module._diff:
         result["diff"] = dict(before=json.dumps(before, indent=1, sort_keys=True) + "\n" if before else "",
                               after=json.dumps(after, indent=1, sort_keys=True) + "\n" if after else "")

@@ -39,11 +39,23 @@ options:
       - C(collectives) - C(scope), C(output) (all_reduce_perf stdout), C(baseline) (C({low, high})).
       - C(placement) - C(runs), C(node_sides).
       - C(telemetry) - C(series_nodes), C(owned), C(cloud), C(existing_nodes), C(alerts),
-        C(alert_name), C(fault_node).
+        C(alert_name), C(fault_node); with I(exporter_text) also C(expected_gpus) (the matrix row's
+        GPU count; null - the GPUs the page lists), C(exporter_metrics) (metric families every GPU must
+        report; default C(DCGM_FI_DEV_GPU_TEMP), C(DCGM_FI_DEV_POWER_USAGE), C(DCGM_FI_DEV_GPU_UTIL),
+        C(DCGM_FI_DEV_FB_USED), C(DCGM_FI_DEV_XID_ERRORS)) and C(exporter_error) (why the page could
+        not be read); optionally C(dcgm_diag) (C({rc, stdout, msg}) of C(dcgmi diag) on the node, C(msg) its
+        stderr; exit status 127 - C(dcgmi) is not installed, reported as not run).
       - C(link_interruption) - C(timeline), C(window_s), C(max_rejoin_s).
       - C(baseline) - C(outputs) (list of all_reduce_perf stdout), C(margin).
     type: dict
     required: true
+  exporter_text:
+    description:
+      - I(step=telemetry) only. The node's GPU exporter page (dcgm-exporter's Prometheus text, as
+        C(/metrics) serves it). Every GPU of the matrix row must report the required metric families
+        with the node's C(Hostname) label, and no GPU may report a non-zero Xid.
+      - Not given - the page is not judged.
+    type: str
   fail:
     description: Fail the task when the verdict is negative (the verdict is returned either way).
     type: bool
@@ -85,27 +97,27 @@ passed:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.hybridgpu.fleet.plugins.module_utils.validate import validation as v
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.validate import gpu_health, validation
 
 
-def judge(step, node, ev):
+def judge(step, node, ev, exporter_text=None):
     """The verdict dict of one step (raises ValidationError or KeyError on bad evidence)."""
     if step == "inventory":
-        expected = v.expected_from_matrix_row(ev.get("expected") or {})
+        expected = validation.expected_from_matrix_row(ev.get("expected") or {})
         node_obj = ev.get("node_obj")
         if isinstance(node_obj, dict) and "metadata" not in node_obj and "labels" in node_obj:
             # a k8s_node_info summary: rebuild the parts the verdict reads
             node_obj = {"metadata": {"labels": node_obj["labels"]},
                         "status": {"capacity": {"nvidia.com/gpu": node_obj.get("gpu_capacity")}}}
-        return v.inventory_verdict(node, ev.get("facts"), node_obj or None, expected,
-                                   ev.get("expected_labels"))
+        return validation.inventory_verdict(node, ev.get("facts"), node_obj or None, expected,
+                                            ev.get("expected_labels"))
     if step == "reference_job":
         sides, missing = {}, []
         for side in ("owned", "cloud"):
             run = ev[side]
             try:
-                result = v.parse_reference_log(run.get("log"))
-            except v.ValidationError as exc:
+                result = validation.parse_reference_log(run.get("log"))
+            except validation.ValidationError as exc:
                 result = None
                 missing.append("no result from the %s run on %s (pod phase %s): %s"
                                % (side, run.get("node"), run.get("phase"), exc))
@@ -113,39 +125,50 @@ def judge(step, node, ev):
         if missing:
             return {"step": "reference_job", "passed": False, "reasons": missing,
                     "owned": sides["owned"], "cloud": sides["cloud"]}
-        return v.reference_verdict(sides["owned"], sides["cloud"], ev.get("compare", "checksum"),
-                                   float(ev.get("tolerance", 1e-6)))
+        return validation.reference_verdict(sides["owned"], sides["cloud"], ev.get("compare", "checksum"),
+                                            float(ev.get("tolerance", 1e-6)))
     if step == "collectives":
-        return v.nccl_verdict(ev.get("scope", "intra-node"), v.nccl_summary(ev.get("output")),
-                              ev.get("baseline"))
+        return validation.nccl_verdict(ev.get("scope", "intra-node"), validation.nccl_summary(ev.get("output")),
+                                       ev.get("baseline"))
     if step == "placement":
-        return v.placement_verdict(list(ev["runs"]), dict(ev.get("node_sides") or {}))
+        return validation.placement_verdict(list(ev["runs"]), dict(ev.get("node_sides") or {}))
     if step == "telemetry":
-        return v.telemetry_verdict(ev.get("series_nodes") or [], ev.get("owned") or [],
-                                   ev.get("cloud") or [], ev.get("existing_nodes") or [],
-                                   ev.get("alerts") or [], ev.get("alert_name"), ev.get("fault_node"))
+        exporter = diag = None
+        if exporter_text is not None or ev.get("exporter_error"):
+            expected = ev.get("expected_gpus")
+            exporter = gpu_health.exporter_verdict(
+                node, exporter_text, int(expected) if expected not in (None, "") else None,
+                tuple(ev.get("exporter_metrics") or gpu_health.EXPORTER_FAMILIES), ev.get("exporter_error"))
+        if ev.get("dcgm_diag"):
+            run = ev["dcgm_diag"]
+            diag = gpu_health.diag_verdict(node, run.get("stdout"), run.get("rc"), run.get("msg") if run.get("rc") else None)
+        return validation.telemetry_verdict(ev.get("series_nodes") or [], ev.get("owned") or [],
+                                            ev.get("cloud") or [], ev.get("existing_nodes") or [],
+                                            ev.get("alerts") or [], ev.get("alert_name"), ev.get("fault_node"),
+                                            exporter, diag)
     if step == "link_interruption":
-        return v.interruption_verdict(dict(ev["timeline"]), ev.get("window_s"),
-                                      float(ev.get("max_rejoin_s", 60)))
+        return validation.interruption_verdict(dict(ev["timeline"]), ev.get("window_s"),
+                                               float(ev.get("max_rejoin_s", 60)))
     if step == "baseline":
-        base = v.baseline_from_summaries([v.nccl_summary(o) for o in ev["outputs"]],
-                                         float(ev.get("margin", 0.10)))
+        base = validation.baseline_from_summaries([validation.nccl_summary(o) for o in ev["outputs"]],
+                                                  float(ev.get("margin", 0.10)))
         base.update(step="baseline", passed=True, reasons=[])
         return base
-    raise v.ValidationError("unknown step %r" % step)
+    raise validation.ValidationError("unknown step %r" % step)
 
 
 def main():
     module = AnsibleModule(argument_spec=dict(
-        step=dict(type="str", required=True, choices=list(v.STEPS) + ["baseline"]),
+        step=dict(type="str", required=True, choices=list(validation.STEPS) + ["baseline"]),
         node=dict(type="str"),
         evidence=dict(type="dict", required=True),
+        exporter_text=dict(type="str"),
         fail=dict(type="bool", default=True),
     ), supports_check_mode=True)
     p = module.params
     try:
-        verdict = judge(p["step"], p["node"], p["evidence"])
-    except (v.ValidationError, KeyError, TypeError, ValueError) as exc:
+        verdict = judge(p["step"], p["node"], p["evidence"], p["exporter_text"])
+    except (validation.ValidationError, KeyError, TypeError, ValueError) as exc:
         module.fail_json(msg="validation step %s on node %s: bad evidence: %s" % (
             p["step"], p["node"], exc if not isinstance(exc, KeyError) else "missing %s" % exc))
     if p["node"]:

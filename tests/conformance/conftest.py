@@ -24,6 +24,7 @@ import labpki  # noqa: E402
 
 POOL_LABEL = "conformance.hybridgpu.io/pool"
 HOLD_LABEL = "conformance.hybridgpu.io/hold"
+HOLD_TERMINATION_LABEL = "conformance.hybridgpu.io/hold-termination"
 REAL = os.environ.get("HGPU_CONFORMANCE_KUBECONFIG")
 
 
@@ -32,8 +33,11 @@ def now_rfc3339():
 
 
 class FakeKubelet:
-    """Acts as the kubelet for test Nodes: heartbeats their Ready condition, and moves pods
-    bound to them to Running, then Succeeded (unless the pod carries HOLD_LABEL=true)."""
+    """Acts as the kubelet for test Nodes: heartbeats their Ready condition, moves pods bound
+    to them to Running, then Succeeded (unless the pod carries HOLD_LABEL=true), and confirms
+    the deletion of a Terminating pod (deletionTimestamp set) with a grace-0 delete, as the
+    kubelet does once the containers stopped (unless the pod carries
+    HOLD_TERMINATION_LABEL=true: its containers "do not stop")."""
 
     def __init__(self, core):
         self.core = core
@@ -77,11 +81,23 @@ class FakeKubelet:
         pods = self.core.list_pod_for_all_namespaces(field_selector="spec.nodeName=%s" % name)
         for pod in pods.items:
             phase = pod.status.phase
-            hold = (pod.metadata.labels or {}).get(HOLD_LABEL) == "true"
-            if phase == "Pending":
+            labels = pod.metadata.labels or {}
+            hold = labels.get(HOLD_LABEL) == "true"
+            if pod.metadata.deletion_timestamp:
+                if labels.get(HOLD_TERMINATION_LABEL) != "true":
+                    self.confirm_deletion(pod)
+            elif phase == "Pending":
                 self.set_phase(pod, "Running")
             elif phase == "Running" and not hold:
                 self.set_phase(pod, "Succeeded")
+
+    def confirm_deletion(self, pod):
+        try:
+            self.core.delete_namespaced_pod(pod.metadata.name, pod.metadata.namespace, body={
+                "gracePeriodSeconds": 0, "preconditions": {"uid": pod.metadata.uid}})
+        except client.ApiException as exc:
+            if exc.status not in (404, 409):
+                raise
 
     def set_phase(self, pod, phase):
         cname = pod.spec.containers[0].name
@@ -195,7 +211,7 @@ def api():
     else:
         from k8s_emulator import serve
         pki = os.path.join(workdir, "pki")
-        ca, dummy = labpki.make_ca(pki)
+        ca, ca_key = labpki.make_ca(pki)
         crt, key = labpki.make_server_cert(pki, pki, ["127.0.0.1", "localhost"])
         token = secrets.token_hex(16)
         token_file = os.path.join(workdir, "tokens.csv")
@@ -203,7 +219,8 @@ def api():
             fh.write('%s,admin,admin-uid,"system:masters"\n' % token)
         server = serve(cluster="conformance", binds=["127.0.0.1"], port=0, cert=crt, key=key,
                        token_file=token_file, node_grace=2.0,
-                       log_file=os.path.join(workdir, "requests.log"))
+                       log_file=os.path.join(workdir, "requests.log"),
+                       client_ca=ca, signing_cert=ca, signing_key=ca_key)
         kubeconfig = labpki.write_kubeconfig(os.path.join(workdir, "admin.kubeconfig"),
                                              [("conformance", server.url, ca, token)])
         api_client = config.new_client_from_config(config_file=kubeconfig, context="conformance")

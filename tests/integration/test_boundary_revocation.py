@@ -1,4 +1,4 @@
-"""The access boundary's own check (issue 5): remove a test member, revoke that member's
+"""The access boundary's own check: remove a test member, revoke that member's
 cluster and host credentials with playbooks/revoke_member.yml (driven by the boundary's
 credential revocation steps) and try each path again: 401 from both emulators, SSH with the
 member's key refused. A rerun changes nothing. The lab is restored afterwards (token files

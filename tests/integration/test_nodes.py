@@ -1,4 +1,4 @@
-"""Nodes over SSH: systemd state and the GPU stand-ins (must-show of issue 2)."""
+"""Nodes over SSH: systemd state and the GPU stand-ins."""
 import csv
 import io
 import json

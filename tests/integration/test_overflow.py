@@ -1,4 +1,4 @@
-"""Overflow (issue 6) in the lab, for both local queue backends (Slurm on site-sched, Jobs on the
+"""Overflow in the lab, for both local queue backends (Slurm on site-sched, Jobs on the
 onprem emulator): real holds, real rsync staging to cloud-storage, real cloud Jobs run by the node
 agent, every drill failure injected once per movable class, the restricted control, the
 checkpoint resume and the operator playbook. Each scenario restores what it changed."""
@@ -18,8 +18,6 @@ import drill  # noqa: E402
 from lablib import image, slurm, storage  # noqa: E402
 
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow import backends as b  # noqa: E402
-from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow.rsync_stager import RsyncStager  # noqa: E402
-from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow.slurm_backend import SlurmLocalQueue  # noqa: E402
 
 pytestmark = pytest.mark.lab
 
@@ -48,7 +46,7 @@ def envs(overflow_lab, tmp_path_factory):
 
 
 def test_slurm_hold_release_withdraw_and_started(overflow_lab):
-    q = SlurmLocalQueue(drill.SLURM_HOST, overflow_lab.path("ssh", "id_ed25519"))
+    q = drill.slurm_queue()
     tag = "%x" % int(time.time() * 10 % 0xFFFFFF)
     blocker, job = "it-blk-" + tag, "it-job-" + tag
     try:
@@ -78,8 +76,7 @@ def test_stager_resumes_skips_warm_data_and_verifies(overflow_lab, tmp_path):
     src.mkdir()
     (src / "a.bin").write_bytes(os.urandom(20_000_000))
     (src / "shared.bin").write_bytes(os.urandom(300_000))
-    st = RsyncStager(drill.STORAGE_HOST, overflow_lab.path("ssh", "id_ed25519"), str(tmp_path / "onprem"),
-                     remote_root="/srv/cloud-storage/it-%d" % os.getpid())
+    st = drill.stager(str(tmp_path / "onprem"), remote_root="/srv/cloud-storage/it-%d" % os.getpid())
     inputs = [{"name": "a.bin", "path": str(src / "a.bin")},
               {"name": "shared.bin", "path": str(src / "shared.bin"), "shared": True}]
     try:
@@ -110,8 +107,7 @@ def test_image_cached_cold_pull_and_corrupted_cache(overflow_lab, tmp_path):
     blob.write_bytes(os.urandom(1_500_000))
     from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow.rsync_stager import file_sha256
     img = {"name": "it-img.tar", "path": str(blob), "digest": "sha256:" + file_sha256(str(blob))}
-    st = RsyncStager(drill.STORAGE_HOST, overflow_lab.path("ssh", "id_ed25519"), str(tmp_path / "onprem"),
-                     remote_root="/srv/cloud-storage/it-img-%d" % os.getpid())
+    st = drill.stager(str(tmp_path / "onprem"), remote_root="/srv/cloud-storage/it-img-%d" % os.getpid())
     try:
         cold = st.ensure_image("j1", img)
         assert cold["outcome"] == "cold_pull" and cold["cached_digest"] is None
@@ -183,7 +179,7 @@ def test_checkpoint_resumes_locally_on_the_same_curve(envs):
 
 
 def test_operator_playbook_moves_a_slurm_job(overflow_lab, tmp_path):
-    q = SlurmLocalQueue(drill.SLURM_HOST, overflow_lab.path("ssh", "id_ed25519"))
+    q = drill.slurm_queue()
     tag = "%x" % int(time.time() * 10 % 0xFFFFFF)
     blocker, job = "pb-blk-" + tag, "pb-small-" + tag
     try:

@@ -1,4 +1,4 @@
-"""Preflight against the lab (issue 3): every finding comes from real probes on real hosts.
+"""Preflight against the lab: every finding comes from real probes on real hosts.
 
 One module-scoped run applies all faults at once on the nodes this part may change
 (owned-l40s-1, cloud-h200-2) and on the control host, runs playbooks/preflight.yml, and

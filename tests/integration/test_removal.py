@@ -1,4 +1,4 @@
-"""Change-managed removal of owned-l40s-1 (issue 5) against the lab: refused change records
+"""Change-managed removal of owned-l40s-1 against the lab: refused change records
 stop before any change, an interrupted removal reports its phases and finishes on rerun,
 the node ends standalone with every credential path refused, a second run changes nothing,
 and a tampered line of the audit log the run wrote is detected. The node is RE-ONBOARDED at

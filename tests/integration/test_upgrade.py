@@ -1,4 +1,4 @@
-"""Driver-upgrade rehearsal of owned-a100-2 (issue 5) against the lab: refused change records
+"""Driver-upgrade rehearsal of owned-a100-2 against the lab: refused change records
 stop before any change; a signed record moves the node from the 535 to the 550 lab driver
 through a real apt transaction with holds, validation passes afterwards, a Job sleeping on
 owned-a100-1 keeps running, and the record says how long the node was out. A tampered line

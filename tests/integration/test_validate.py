@@ -1,4 +1,4 @@
-"""The validation sequence (issue 4, seed 003) on the lab: playbooks/validate.yml passes on
+"""The validation sequence on the lab: playbooks/validate.yml passes on
 joined owned nodes, and each step fails for the right reason when a fault is injected:
 a hidden GPU, a reference job with other inputs, NCCL below baseline or with #wrong > 0, a
 restricted job without its label landing on a cloud node, a node that never rejoins.

@@ -378,6 +378,110 @@ def test_destructive_playbooks_check_the_signed_record():
     _fail(bad, "destructive playbooks that do not verify the change record")
 
 
+# The change record's action each destructive playbook asks for (boundary.ACTIONS); revoking a
+# member removes them from the boundary, so it runs under `remove`.
+APPROVAL_ACTIONS = {"remove.yml": "remove", "upgrade_rehearsal.yml": "driver_upgrade", "revoke_member.yml": "revoke_member"}
+# Modules that read or check only: the tasks allowed before the approval.
+READ_ONLY = {"validate_argument_spec", "assert", "fail", "debug", "set_fact", "stat", "include_vars",
+             "access_boundary"}
+
+
+def _in_order(tasks):
+    """A task list flattened in the order it runs (block, rescue, always)."""
+    for task in tasks or []:
+        if not isinstance(task, dict):
+            continue
+        if "block" in task:
+            for section in ("block", "rescue", "always"):
+                yield from _in_order(task.get(section))
+        else:
+            yield task
+
+
+def _play_steps(play):
+    """(name, module, task) of what a play runs, in order: pre_tasks, roles, tasks, post_tasks."""
+    for task in _in_order(play.get("pre_tasks")):
+        yield task.get("name"), _module(task)[0], task
+    for role in play.get("roles") or []:
+        yield "role %s" % (role if isinstance(role, str) else role.get("role") or role.get("name")), "role", {}
+    for section in ("tasks", "post_tasks"):
+        for task in _in_order(play.get(section)):
+            yield task.get("name"), _module(task)[0], task
+
+
+def _approval_problems(playbook, plays):
+    """What is wrong with where and how a playbook runs change_approval."""
+    problems = []
+    before = []
+    for play in plays:
+        steps = list(_play_steps(play))
+        approvals = [i for i, (dummy, module, dummy2) in enumerate(steps) if module == "change_approval"]
+        if not approvals:
+            before += [(name, module) for name, module, dummy in steps if module not in READ_ONLY]
+            continue
+        first = approvals[0]
+        before += [(name, module) for name, module, dummy in steps[:first] if module not in READ_ONLY]
+        task = steps[first][2]
+        args = task[next(k for k in task if k.split(".")[-1] == "change_approval")] or {}
+        if args.get("action") != APPROVAL_ACTIONS.get(playbook):
+            problems.append("%s: change_approval checks action %r, the playbook does %r"
+                            % (playbook, args.get("action"), APPROVAL_ACTIONS.get(playbook)))
+        if "ansible_play_hosts_all" not in str(args.get("targets")):
+            problems.append("%s: change_approval must check the play's hosts as targets, not %r"
+                            % (playbook, args.get("targets")))
+        if task.get("ignore_errors") or "failed_when" in task:
+            problems.append("%s: a failed approval must stop the play (no ignore_errors or failed_when)" % playbook)
+        if not play.get("any_errors_fatal"):
+            problems.append("%s: the approving play must set any_errors_fatal" % playbook)
+        tagged_later = [name for name, dummy, t in steps[first + 1:] if t.get("tags")]
+        if tagged_later and "always" not in (task.get("tags") or []):
+            problems.append("%s: change_approval is not tagged always, yet later tasks are tagged (%s): "
+                            "--tags would skip the approval" % (playbook, tagged_later[0]))
+        break
+    else:
+        problems.append("%s: no play runs change_approval" % playbook)
+    for name, module in before:
+        problems.append("%s: %r (%s) runs before the approval and may change state" % (playbook, name, module))
+    return problems
+
+
+def test_destructive_playbooks_approve_first_with_their_action():
+    """change_approval, with the playbook's action and its hosts, runs before any task that can
+    change state (only checks and reads come before it)."""
+    assert sorted(APPROVAL_ACTIONS) == sorted(DATA["awx_destructive_playbooks"]), \
+        "a destructive playbook without an expected action here: add it to APPROVAL_ACTIONS"
+    bad = []
+    for playbook in DATA["awx_destructive_playbooks"]:
+        bad += _approval_problems(playbook, load(os.path.join(PLAYBOOK_DIR, playbook)) or [])
+    _fail(bad, "destructive playbooks that do not approve first")
+
+
+@pytest.mark.parametrize("change, expect", [
+    (lambda plays: plays[0]["tasks"].insert(0, {"name": "Cordon", "hybridgpu.fleet.k8s_drain": {"state": "cordon"}}),
+     "'Cordon' (k8s_drain) runs before the approval"),
+    (lambda plays: plays[0]["tasks"].insert(0, {"block": [{"name": "Reboot", "ansible.builtin.reboot": {}}]}),
+     "'Reboot' (reboot) runs before the approval"),
+    (lambda plays: plays[0].setdefault("roles", []).append("hybridgpu.fleet.node_removal"),
+     "'role hybridgpu.fleet.node_removal' (role) runs before the approval"),
+    (lambda plays: next(t for t in plays[0]["tasks"] if "hybridgpu.fleet.change_approval" in t)
+     ["hybridgpu.fleet.change_approval"].update(action="drain"),
+     "checks action 'drain', the playbook does 'remove'"),
+    (lambda plays: next(t for t in plays[0]["tasks"] if "hybridgpu.fleet.change_approval" in t)
+     .update(ignore_errors=True), "a failed approval must stop the play"),
+    (lambda plays: [t for t in plays[0]["tasks"] if "hybridgpu.fleet.change_approval" in t][0].update(tags=["x"])
+     or plays[0]["tasks"][-1].update(tags=["y"]), "--tags would skip the approval"),
+    (lambda plays: plays[0]["tasks"].remove(
+        next(t for t in plays[0]["tasks"] if "hybridgpu.fleet.change_approval" in t)),
+     "no play runs change_approval"),
+])
+def test_the_approval_order_check_catches(change, expect):
+    plays = load(os.path.join(PLAYBOOK_DIR, "remove.yml"))
+    assert _approval_problems("remove.yml", plays) == []
+    change(plays)
+    assert any(expect in problem for problem in _approval_problems("remove.yml", plays)), \
+        _approval_problems("remove.yml", plays)
+
+
 # --- workflows -------------------------------------------------------------------------
 
 def _wave_nodes(wave):

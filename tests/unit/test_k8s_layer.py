@@ -143,6 +143,8 @@ def test_missing_kubeconfig_is_named(tmp_path):
 
 def test_node_summary():
     s = k8s.node_summary(NODE)
+    gpu = s.pop("gpu")  # no GPU feature discovery labels on this Node
+    assert gpu["product"] is None and gpu["count"] is None and gpu["mig_profiles"] == {}
     assert s == {"name": "n1", "ready": "True", "unschedulable": True, "labels": {"a": "b"},
                  "taints": [], "gpu_capacity": 8, "gpu_allocatable": 7, "kubelet_version": "v1.30.4",
                  "os_image": None, "kernel_version": None}

@@ -90,3 +90,30 @@ def test_direction_check_sees_both_import_forms(tmp_path, monkeypatch):
     monkeypatch.setattr(__import__(__name__), "MODULE_UTILS", str(fake))
     assert imported_folders(str(absolute)) == {"overflow"}
     assert imported_folders(str(relative)) == {"lifecycle", "common"}
+
+
+MAX_FILE_LINES = 400
+MAX_FUNCTION_LINES = 80
+
+
+def test_module_utils_files_stay_short():
+    long_files = {}
+    for path in _python_files(MODULE_UTILS):
+        with open(path, encoding="utf-8") as handle:
+            count = sum(1 for _line in handle)
+        if count > MAX_FILE_LINES:
+            long_files[os.path.relpath(path, ROOT)] = count
+    assert not long_files, "module_utils files over %d lines: %s" % (MAX_FILE_LINES, long_files)
+
+
+def test_plugin_functions_stay_short():
+    long_functions = {}
+    for path in _python_files(os.path.join(ROOT, "plugins")):
+        with open(path, encoding="utf-8") as handle:
+            tree = ast.parse(handle.read(), filename=path)
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                length = node.end_lineno - node.lineno + 1
+                if length > MAX_FUNCTION_LINES:
+                    long_functions["%s:%s" % (os.path.relpath(path, ROOT), node.name)] = length
+    assert not long_functions, "functions over %d lines: %s" % (MAX_FUNCTION_LINES, long_functions)

@@ -3,9 +3,9 @@
 """The written access boundary: schema, cross-reference checks, signature status, helpers.
 
 A boundary file names people once (``people``) and refers to them by id everywhere else,
-so a typo such as an approver "bob" who is not in ``people`` is caught. Later issues use
-the helpers on :class:`Boundary`: allowed_agents(), egress_allowlist(), approvers_for(),
-needs_approval(), four_eyes().
+so a typo such as an approver "bob" who is not in ``people`` is caught. Onboarding, approval
+and removal use the helpers on :class:`Boundary`: allowed_agents(), egress_allowlist(),
+approvers_for(), needs_approval(), four_eyes().
 """
 from __future__ import absolute_import, division, print_function
 
@@ -89,8 +89,8 @@ def _person():
         "name": s.Field(s.Str(), required=False),
         "email": s.Field(s.Str(r"^[^@\s]+@[^@\s]+$", hint="an e-mail address"), required=False),
         "organisation": s.Field(s.Str(), required=False),
-        # Public keys ("ssh-ed25519 AAAA... comment") a person signs change records with
-        # (issue 5); the approval gate derives its allowed_signers file from these.
+        # Public keys ("ssh-ed25519 AAAA... comment") a person signs change records with;
+        # the approval gate derives its allowed_signers file from these.
         "ssh_keys": s.Field(s.ListOf(s.Custom(_ssh_public_key), unique=True), required=False,
                             default=list),
         # The person's AWX user name when it is not the person id; an AWX job's executor is
@@ -253,7 +253,7 @@ def _cross_check(doc, filename):
 
 
 class Boundary:
-    """A validated boundary document plus the helpers later issues rely on."""
+    """A validated boundary document plus the helpers onboarding, approval and removal use."""
 
     def __init__(self, doc, filename):
         self.doc = doc
@@ -295,7 +295,7 @@ class Boundary:
         scope = self.doc["applies_to"]
         return node in scope["nodes"] or (group is not None and group in scope["groups"])
 
-    # --- helpers for later issues ----------------------------------------------------
+    # --- helpers for onboarding, approval and removal --------------------------------
     def allowed_agents(self):
         return [dict(a) for a in sorted(self.doc["agents"], key=lambda a: a["name"])]
 

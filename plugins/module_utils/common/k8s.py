@@ -16,6 +16,8 @@ import os
 import random
 import time
 
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.parsers import kubectl_node
+
 try:
     from kubernetes import client as k8s_client
     from kubernetes import config as k8s_config
@@ -108,10 +110,18 @@ def build_api_client(params):
         except Exception as exc:  # the loader raises several unrelated types
             raise K8sError("load kubeconfig %s" % path,
                            message="%s (context %r)" % (exc, params.get("context")))
+    # Explicit options win over the kubeconfig. The client sends api_key["BearerToken"] before
+    # api_key["authorization"], and the loader's refresh hook rewrites BearerToken before every
+    # request, so an explicit token replaces both; the kubeconfig's client certificate is dropped
+    # with them, or the server would authenticate the request by the certificate instead.
     if host:
         cfg.host = host
     if params.get("api_key"):
-        cfg.api_key = {"authorization": "Bearer %s" % params["api_key"]}
+        cfg.api_key = {"BearerToken": "Bearer %s" % params["api_key"]}
+        cfg.api_key_prefix = {}
+        cfg.refresh_api_key_hook = None
+        cfg.cert_file = None
+        cfg.key_file = None
     if params.get("ca_cert"):
         cfg.ssl_ca_cert = params["ca_cert"]
     if params.get("validate_certs") is False:
@@ -330,7 +340,11 @@ def node_ready(node):
 
 
 def node_summary(node):
-    """The few facts about a Node that records and reports use."""
+    """The few facts about a Node that records and reports use.
+
+    ``gpu`` holds what the GPU feature discovery / GPU operator labels say (product, count,
+    memory, MIG strategy and profiles, driver and CUDA versions: kubectl_node.gpu_info);
+    its values are None when the Node carries no such labels."""
     meta = node.get("metadata") or {}
     status = node.get("status") or {}
     spec = node.get("spec") or {}
@@ -343,6 +357,7 @@ def node_summary(node):
         "taints": spec.get("taints") or [],
         "gpu_capacity": to_int((status.get("capacity") or {}).get("nvidia.com/gpu")),
         "gpu_allocatable": to_int((status.get("allocatable") or {}).get("nvidia.com/gpu")),
+        "gpu": kubectl_node.gpu_info(meta.get("labels") or {}),
         "kubelet_version": info.get("kubeletVersion"),
         "os_image": info.get("osImage"),
         "kernel_version": info.get("kernelVersion"),
@@ -351,7 +366,5 @@ def node_summary(node):
 
 def to_int(value):
     """An int from a quantity string such as a GPU count; 0 when absent or not a number."""
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        return 0
+    number = kubectl_node.parse_quantity(value)
+    return int(number) if number is not None else 0

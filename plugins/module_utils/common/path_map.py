@@ -25,18 +25,21 @@ ID = r"^[a-z0-9][a-z0-9._-]*$"
 
 
 def _cidr(value):
+    if not isinstance(value, str) or "/" not in value:
+        return value, "%r is not a CIDR (address/prefix)" % (value,)
     try:
         net = netaddr.IPNetwork(value)
     except (netaddr.AddrFormatError, ValueError, TypeError):
         return value, "%r is not a CIDR" % (value,)
-    if not isinstance(value, str) or "/" not in value:
-        return value, "%r is not a CIDR (address/prefix)" % (value,)
     if net.ip != net.network:
         return value, "%r has host bits set; did you mean %s?" % (value, net.cidr)
     return str(net.cidr), None
 
 
 def _address(value):
+    # a string only: netaddr reads an integer as an address and fails on a list with AttributeError
+    if not isinstance(value, str):
+        return value, "%r is not an IP address" % (value,)
     try:
         return str(netaddr.IPAddress(value)), None
     except (netaddr.AddrFormatError, ValueError, TypeError):

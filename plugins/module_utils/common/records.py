@@ -122,7 +122,8 @@ def write_records(base_dir, record, force=False, check_mode=False):
     return {"changed": True, "path": target, "files": files}
 
 
-_CSS = """
+# Style of every record page (preflight, wave, overflow drill): inline, no external links.
+PAGE_CSS = """
 body{font-family:system-ui,sans-serif;margin:2em;color:#222}
 table{border-collapse:collapse;margin:1em 0}
 th,td{border:1px solid #bbb;padding:.3em .6em;text-align:left;vertical-align:top}
@@ -136,101 +137,124 @@ small{color:#555}
 """
 
 
-def _e(value):
+def html_text(value):
+    """A value as escaped HTML text: None as a dash, a list as its items joined by commas."""
     if value is None:
         return "&mdash;"
     if isinstance(value, (list, tuple)):
-        return ", ".join(_e(v) for v in value) or "&mdash;"
+        return ", ".join(html_text(v) for v in value) or "&mdash;"
     return html.escape(str(value), quote=True)
 
 
-def _cls(word):
+def css_class(word):
+    """A verdict or name as a CSS class name (lower-case letters and underscores only)."""
     return re.sub(r"[^a-z_]", "", str(word).lower())
 
 
 def render_html(record):
     """A self-contained page: inline CSS, no scripts, no external links, all text escaped."""
-    v = record["verdicts"]
-    d = record["details"]
-    matrix = d["matrix"]
     out = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
-           "<title>Preflight records: wave %s</title>" % _e(record["wave"]),
-           "<style>%s</style></head><body>" % _CSS,
-           "<h1>Preflight records: wave %s</h1>" % _e(record["wave"]),
+           "<title>Preflight records: wave %s</title>" % html_text(record["wave"]),
+           "<style>%s</style></head><body>" % PAGE_CSS,
+           "<h1>Preflight records: wave %s</h1>" % html_text(record["wave"]),
            "<p><small>schema %s &middot; verdicts digest <code>%s</code> &middot; run %s</small></p>"
-           % (_e(record["schema_version"]), _e(record["verdicts_digest"]),
-              _e(", ".join("%s=%s" % (k, record["run"][k]) for k in sorted(record["run"])))),
-           "<h2>Hardware and software matrix</h2>",
+           % (html_text(record["schema_version"]), html_text(record["verdicts_digest"]),
+              html_text(", ".join("%s=%s" % (k, record["run"][k]) for k in sorted(record["run"]))))]
+    out.extend(_matrix_html(record["details"]["matrix"]))
+    out.extend(_wave_html(record["verdicts"]))
+    out.extend(_paths_html(record["verdicts"], record["details"]["probes"]))
+    out.extend(_boundary_html(record["verdicts"]["boundary"], record["details"]["boundary"]))
+    out.append("</body></html>\n")
+    return "\n".join(out)
+
+
+def _matrix_html(matrix):
+    """The hardware and software matrix and its version-rule findings."""
+    out = ["<h2>Hardware and software matrix</h2>",
            "<p>Highlighted columns disagree across rows; highlighted cells differ from the cloud row.</p>",
            "<table><tr><th>Row</th><th>Side</th><th>Nodes</th>"]
     diff_cols = set(matrix.get("disagreements", []))
     for col in matrix["columns"]:
-        out.append('<th class="%s">%s</th>' % ("diff" if col["id"] in diff_cols else "", _e(col["title"])))
+        out.append('<th class="%s">%s</th>' % ("diff" if col["id"] in diff_cols else "", html_text(col["title"])))
     out.append("</tr>")
     for row in matrix["rows"]:
-        out.append("<tr><td>%s</td><td>%s</td><td>%s</td>" % (_e(row["id"]), _e(row["side"]),
-                                                              _e(row["nodes"] or row.get("node_count"))))
+        out.append("<tr><td>%s</td><td>%s</td><td>%s</td>" % (html_text(row["id"]), html_text(row["side"]),
+                                                              html_text(row["nodes"] or row.get("node_count"))))
         for col in matrix["columns"]:
             cls = "diff" if col["id"] in row.get("differs_from_cloud", []) else ""
-            out.append('<td class="%s">%s</td>' % (cls, _e(row["values"].get(col["id"]))))
+            out.append('<td class="%s">%s</td>' % (cls, html_text(row["values"].get(col["id"]))))
         out.append("</tr>")
     out.append("</table><h3>Version rules</h3><table><tr><th>Rule</th><th>Severity</th>"
                "<th>Rows</th><th>Nodes</th><th>Finding</th><th>Source</th></tr>")
     for viol in matrix.get("violations", []):
         out.append("<tr><td>%s</td><td class=\"%s\">%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s<br>"
                    "<small>%s</small></td></tr>" % (
-                       _e(viol["rule"]), "fail" if viol["severity"] == "error" else "warn",
-                       _e(viol["severity"]), _e(viol["rows"]), _e(viol["nodes"]), _e(viol["message"]),
-                       _e(viol["citation"]["title"]), _e(viol["citation"]["url"])))
+                       html_text(viol["rule"]), "fail" if viol["severity"] == "error" else "warn",
+                       html_text(viol["severity"]), html_text(viol["rows"]), html_text(viol["nodes"]),
+                       html_text(viol["message"]), html_text(viol["citation"]["title"]),
+                       html_text(viol["citation"]["url"])))
     if not matrix.get("violations"):
         out.append('<tr><td colspan="6" class="pass">no rule violated</td></tr>')
     out.append("</table>")
-    out.append("<h2>Proposed first wave</h2><table><tr><th>Node</th><th>Row</th><th>Purpose</th></tr>")
-    for pick in v["wave"]["nodes"]:
+    return out
+
+
+def _wave_html(verdicts):
+    """The proposed first wave, its uncovered rows and the nodes held back."""
+    out = ["<h2>Proposed first wave</h2><table><tr><th>Node</th><th>Row</th><th>Purpose</th></tr>"]
+    for pick in verdicts["wave"]["nodes"]:
         out.append("<tr><td>%s</td><td>%s</td><td>%s</td></tr>"
-                   % (_e(pick["node"]), _e(pick["row"]), _e(pick["purpose"])))
+                   % (html_text(pick["node"]), html_text(pick["row"]), html_text(pick["purpose"])))
     out.append("</table>")
-    for unc in v["wave"]["uncovered_rows"]:
-        out.append("<p class=\"warn\">Row %s not covered: %s</p>" % (_e(unc["row"]), _e(unc["reason"])))
+    for unc in verdicts["wave"]["uncovered_rows"]:
+        out.append("<p class=\"warn\">Row %s not covered: %s</p>" % (html_text(unc["row"]), html_text(unc["reason"])))
     out.append("<h3>Held for a later wave</h3><table><tr><th>Node</th><th>Row</th><th>Reasons</th></tr>")
-    for hold in v["holds"]:
+    for hold in verdicts["holds"]:
         out.append("<tr><td>%s</td><td>%s</td><td>%s</td></tr>" % (
-            _e(hold["node"]), _e(hold["row"]),
-            "<br>".join("%s: %s" % (_e(r["reason"]), _e(r["detail"])) for r in hold["reasons"])))
-    if not v["holds"]:
+            html_text(hold["node"]), html_text(hold["row"]),
+            "<br>".join("%s: %s" % (html_text(r["reason"]), html_text(r["detail"])) for r in hold["reasons"])))
+    if not verdicts["holds"]:
         out.append('<tr><td colspan="3">none</td></tr>')
     out.append("</table>")
-    out.append("<h2>Network paths</h2><p>Connection direction: <span class=\"%s\">%s</span> &mdash; %s</p>"
-               % (_cls(v["connection_direction"]["verdict"]), _e(v["connection_direction"]["verdict"]),
-                  _e("; ".join(v["connection_direction"]["reasons"]))))
-    out.append("<table><tr><th>Probe</th><th>From</th><th>To</th><th>Proto/port</th><th>Expected</th>"
-               "<th>Observed</th><th>Result</th><th>Time (ms)</th><th>Evidence</th></tr>")
-    for probe in d["probes"]:
+    return out
+
+
+def _paths_html(verdicts, probes):
+    """The connection direction, every probe and any overlapping address ranges."""
+    direction = verdicts["connection_direction"]
+    out = ["<h2>Network paths</h2><p>Connection direction: <span class=\"%s\">%s</span> &mdash; %s</p>"
+           % (css_class(direction["verdict"]), html_text(direction["verdict"]),
+              html_text("; ".join(direction["reasons"]))),
+           "<table><tr><th>Probe</th><th>From</th><th>To</th><th>Proto/port</th><th>Expected</th>"
+           "<th>Observed</th><th>Result</th><th>Time (ms)</th><th>Evidence</th></tr>"]
+    for probe in probes:
         out.append("<tr><td>%s</td><td>%s</td><td>%s (%s)</td><td>%s/%s</td><td>%s</td><td>%s</td>"
                    "<td class=\"%s\">%s</td><td>%s</td><td>%s</td></tr>" % (
-                       _e(probe["id"]), _e(probe.get("source")), _e(probe.get("destination")),
-                       _e(probe.get("address")), _e(probe.get("protocol")), _e(probe.get("port")),
-                       _e(probe.get("expected")), _e(probe.get("observed")), _cls(probe["verdict"]),
-                       _e(probe["verdict"]), _e(probe.get("elapsed_ms")),
-                       _e(probe.get("evidence") or probe.get("not_derivable"))))
+                       html_text(probe["id"]), html_text(probe.get("source")), html_text(probe.get("destination")),
+                       html_text(probe.get("address")), html_text(probe.get("protocol")), html_text(probe.get("port")),
+                       html_text(probe.get("expected")), html_text(probe.get("observed")), css_class(probe["verdict"]),
+                       html_text(probe["verdict"]), html_text(probe.get("elapsed_ms")),
+                       html_text(probe.get("evidence") or probe.get("not_derivable"))))
     out.append("</table>")
-    if v["cidr_overlaps"]:
+    if verdicts["cidr_overlaps"]:
         out.append("<h3>Overlapping address ranges</h3><table><tr><th>On-prem / first</th>"
                    "<th>Other</th><th>Relation</th></tr>")
-        for pair in v["cidr_overlaps"]:
+        for pair in verdicts["cidr_overlaps"]:
             out.append("<tr><td>%s %s</td><td>%s %s</td><td class=\"fail\">%s</td></tr>" % (
-                _e(pair["a"]["name"]), _e(pair["a"]["cidr"]), _e(pair["b"]["name"]),
-                _e(pair["b"]["cidr"]), _e(pair["relation"])))
+                html_text(pair["a"]["name"]), html_text(pair["a"]["cidr"]), html_text(pair["b"]["name"]),
+                html_text(pair["b"]["cidr"]), html_text(pair["relation"])))
         out.append("</table>")
-    bnd = v["boundary"]
-    out.append("<h2>Access boundary</h2><p>Status: <span class=\"%s\">%s</span> %s</p>"
-               % (_cls(bnd["status"]), _e(bnd["status"]), _e("; ".join(bnd["reasons"]))))
-    details = d["boundary"]
+    return out
+
+
+def _boundary_html(boundary, details):
+    """The access boundary's status and, when there is one, its signature."""
+    out = ["<h2>Access boundary</h2><p>Status: <span class=\"%s\">%s</span> %s</p>"
+           % (css_class(boundary["status"]), html_text(boundary["status"]), html_text("; ".join(boundary["reasons"])))]
     if details:
         out.append("<p><small>security owner %s &middot; signer %s &middot; signed %s &middot; expires %s "
                    "&middot; verification %s</small></p>" % (
-                       _e(details.get("security_owner")), _e(details.get("signer")),
-                       _e(details.get("signed_at")), _e(details.get("expires")),
-                       _e(details.get("verification"))))
-    out.append("</body></html>\n")
-    return "\n".join(out)
+                       html_text(details.get("security_owner")), html_text(details.get("signer")),
+                       html_text(details.get("signed_at")), html_text(details.get("expires")),
+                       html_text(details.get("verification"))))
+    return out

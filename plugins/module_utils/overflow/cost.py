@@ -78,9 +78,9 @@ def scenario_row(scenario, prices):
 
     gb_seconds = sum(s["bytes"] / 1e9 * s["seconds"] for s in scenario.get("storage", []))
     storage = gb_seconds / SECONDS_PER_MONTH * _price(prices, "storage_gb_month")
-    tr = scenario.get("transfer", {})
-    network = (tr.get("in_bytes", 0) / 1e9 * _price(prices, "ingress_per_gb")
-               + tr.get("out_bytes", 0) / 1e9 * _price(prices, "egress_per_gb"))
+    transfer = scenario.get("transfer", {})
+    network = (transfer.get("in_bytes", 0) / 1e9 * _price(prices, "ingress_per_gb")
+               + transfer.get("out_bytes", 0) / 1e9 * _price(prices, "egress_per_gb"))
     engineering = scenario.get("operator_minutes", 0) / 60.0 * _price(prices, "engineer_hour")
     commitment = _price(prices, "prepaid_gpu_hours") * _price(prices, "prepaid_gpu_hour")
 

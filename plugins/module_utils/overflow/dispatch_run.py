@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from ..common import k8s
 from . import jobclass, trigger
+from .remote import UnsafeName, check_name
 from .k8s_backend import K8sCloudCluster, K8sLocalQueue
 from .protocol import ACTIVE_STATES, J_FINISHED, Dispatcher
 from .rsync_stager import RsyncStager
@@ -41,7 +42,8 @@ def build_local(opts, classes):
     if kind == "slurm":
         if not opts.get("host") or not opts.get("ssh_key"):
             raise RunError("local_queue: kind slurm needs host and ssh_key")
-        return SlurmLocalQueue(opts["host"], opts["ssh_key"], user=opts.get("user") or "root", classes=classes)
+        return SlurmLocalQueue(opts["host"], opts["ssh_key"], user=opts.get("user") or "root", classes=classes,
+                               known_hosts=opts.get("known_hosts"))
     raise RunError("local_queue.kind must be kubernetes or slurm, not %r" % (kind,))
 
 
@@ -55,7 +57,8 @@ def build_stager(opts):
         if not opts.get(key):
             raise RunError("storage.%s is required" % key)
     st = RsyncStager(opts["host"], opts["ssh_key"], opts["onprem_root"],
-                     remote_root=opts.get("remote_root") or "/srv/cloud-storage", user=opts.get("user") or "root")
+                     remote_root=opts.get("remote_root") or "/srv/cloud-storage", user=opts.get("user") or "root",
+                     known_hosts=opts.get("known_hosts"))
     return st
 
 
@@ -84,11 +87,26 @@ def cloud_spec(job_id, cls, template, inputs=()):
             "cloud_gpu_type": tpl.get("cloud_gpu_type")}
 
 
+def check_names(params):
+    """Refuse unsafe job IDs and input/dataset names (remote.check_name) before anything runs."""
+    try:
+        for job_id in params.get("jobs") or []:
+            check_name("job ID", job_id)
+        for cls_name, inputs in (params.get("inputs") or {}).items():
+            for it in inputs or []:
+                item = it if isinstance(it, dict) else {"name": it}
+                field = "dataset name" if item.get("shared") else "input name"
+                check_name("%s (inputs.%s)" % (field, cls_name), item.get("name"))
+    except UnsafeName as exc:
+        raise RunError(str(exc))
+
+
 def run(params):
     """params: tracker_db, path, actor, job_classes, local_queue, cloud, storage, job_template,
     inputs (class -> input list), jobs (operator), action, faults, total_gpus, check_mode.
     Returns {"path", "results", "decisions", "snapshot", "staging"}."""
     path = params["path"]
+    check_names(params)
     classes = jobclass.load(params["job_classes"])
     local = build_local(params["local_queue"], classes)
     snap = local.snapshot(total_gpus=params.get("total_gpus"))
@@ -97,39 +115,39 @@ def run(params):
            "snapshot": {"now": snap.now, "free_gpus": snap.free_gpus, "total_gpus": snap.total_gpus,
                         "jobs": [dict((k, getattr(j, k)) for k in j.__slots__) for j in snap.jobs]}}
     if params.get("check_mode"):
-        out["results"] = [{"job_id": d["job_id"], "path": path, "outcome": "would_move" if d["decision"] == "move"
-                           else "would_stay", "reason": d["reason"]} for d in decisions]
+        out["results"] = [{"job_id": dispatcher["job_id"], "path": path, "outcome": "would_move" if dispatcher["decision"] == "move"
+                           else "would_stay", "reason": dispatcher["reason"]} for dispatcher in decisions]
         return out
     cloud = build_cloud(params["cloud"])
     stager = build_stager(params["storage"])
     apply_faults(stager, params.get("faults"))
-    tr = Tracker(params["tracker_db"])
+    tracker = Tracker(params["tracker_db"])
     try:
-        d = Dispatcher(local, cloud, stager, tr, path, actor=params.get("actor") or path,
-                       max_attempts=int(params.get("max_attempts") or 3))
+        dispatcher = Dispatcher(local, cloud, stager, tracker, path, actor=params.get("actor") or path,
+                                max_attempts=int(params.get("max_attempts") or 3))
         cloud.ensure_namespace()
         by_id = dict((j.job_id, j) for j in snap.jobs)
         action = params.get("action") or "dispatch"
         if action == "return_to_local":
             for job_id in params.get("jobs") or []:
-                out["results"].append(d.return_to_local(job_id, params.get("actor") or path))
+                out["results"].append(dispatcher.return_to_local(job_id, params.get("actor") or path))
             return out
         if path == "operator":
             chosen = list(params.get("jobs") or [])
         else:
             chosen = [x["job_id"] for x in decisions if x["decision"] == "move"]
         # advance jobs already in flight first (their state is in the tracker)
-        for job in tr.jobs():
+        for job in tracker.jobs():
             if job["state"] in ACTIVE_STATES or (job["state"] == J_FINISHED and action == "step"):
                 if job["job_id"] not in chosen:
-                    out["results"].append(d.step(job["job_id"]))
+                    out["results"].append(dispatcher.step(job["job_id"]))
         if action == "step":
             return out
         for job_id in chosen:
             q = by_id.get(job_id)
             cls_name = q.job_class if q else None
-            if cls_name is None and tr.job(job_id):
-                cls_name = tr.job(job_id)["job_class"]
+            if cls_name is None and tracker.job(job_id):
+                cls_name = tracker.job(job_id)["job_class"]
             cls = classes.get(cls_name)
             if cls is None:
                 out["results"].append({"job_id": job_id, "path": path, "outcome": "refused",
@@ -139,15 +157,15 @@ def run(params):
                 out["results"].append({"job_id": job_id, "path": path, "outcome": "refused",
                                        "reason": "class %s is restricted: its data may not leave the site" % cls_name})
                 continue
-            job = tr.job(job_id)
+            job = tracker.job(job_id)
             if job is not None and job["state"] in ACTIVE_STATES:
-                out["results"].append(d.step(job_id))
+                out["results"].append(dispatcher.step(job_id))
                 continue
             inputs = (params.get("inputs") or {}).get(cls_name) or []
             spec = cloud_spec(job_id, cls, params.get("job_template"), inputs)
-            res = d.dispatch(job_id, cls_name, spec=spec, inputs=inputs)
+            res = dispatcher.dispatch(job_id, cls_name, spec=spec, inputs=inputs)
             res["staging"] = dict(stager.last)
             out["results"].append(res)
         return out
     finally:
-        tr.close()
+        tracker.close()

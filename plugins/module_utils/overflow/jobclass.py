@@ -16,15 +16,20 @@ File layout:
         gpu_type: NVIDIA A100-SXM4-80GB
         gpus: 1
         queue_wait_threshold: 30min
+        slurm:                 # optional: which Slurm jobs are of this class
+          partition: cloudable # any of partition, qos, account; a job matches when all given ones are equal
     cost:                      # optional, read by load_cost() (the drill's cost section)
       prices: {gpu_hour: 3.0, storage_gb_month: 0.02, ...}   # cost.PRICE_FIELDS
       operator_minutes_per_move: 10                          # hands-on time per operator-driven move
       warm_pool_gpus: 0                                      # GPUs kept idle in a warm pool
 Errors name the file and the field; unknown keys are rejected.
+A Slurm job's class comes only from its partition, QOS and account, facts the site controls
+(slurm_class); a job that matches no class, or more than one, has no class and never moves.
+Two classes may not declare the same `slurm` match.
 """
 from __future__ import annotations
 
-from . import timemodel as tm
+from . import timemodel
 
 # field -> (kind, required)
 CLASS_FIELDS = {
@@ -41,7 +46,9 @@ CLASS_FIELDS = {
     "inputs_in_cloud": ("bool", False),
     "image_cached": ("bool", False),
     "min_gain": ("duration", False),
+    "slurm": ("slurm", False),
 }
+SLURM_FIELDS = ("partition", "qos", "account")
 DEFAULT_FIELDS = {
     "link_bps": ("rate", True),
     "return_link_bps": ("rate", False),
@@ -63,15 +70,25 @@ class JobClassError(ValueError):
 
 def _convert(kind, value):
     if kind == "size":
-        return tm.parse_size(value)
+        return timemodel.parse_size(value)
     if kind == "rate":
-        return tm.parse_rate(value)
+        return timemodel.parse_rate(value)
     if kind == "duration":
-        return tm.parse_duration(value)
+        return timemodel.parse_duration(value)
     if kind == "bool":
         if not isinstance(value, bool):
             raise ValueError("must be true or false, not %r" % (value,))
         return value
+    if kind == "slurm":
+        if not isinstance(value, dict) or not value:
+            raise ValueError("must be a mapping of at least one of %s, not %r" % (", ".join(SLURM_FIELDS), value))
+        unknown = sorted(str(k) for k in value if k not in SLURM_FIELDS)
+        if unknown:
+            raise ValueError("unknown key %s (allowed: %s)" % (", ".join(unknown), ", ".join(SLURM_FIELDS)))
+        for k, v in value.items():
+            if not isinstance(v, str) or not v:
+                raise ValueError("%s must be a non-empty string, not %r" % (k, v))
+        return dict(value)
     if kind == "posint":
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError("must be a whole number of at least 1, not %r" % (value,))
@@ -132,9 +149,26 @@ def validate(data, source="<job classes>"):
         merged["name"] = str(name)
         merged["restricted"] = not merged.get("data_may_leave_site", False)
         resolved[str(name)] = merged
+    seen = {}
+    for name, cls in resolved.items():
+        if "slurm" in cls:
+            key = tuple(sorted(cls["slurm"].items()))
+            if key in seen:
+                errors.append("%s: classes.%s.slurm: the same match as class %s" % (source, name, seen[key]))
+            seen.setdefault(key, name)
     if errors:
         raise JobClassError(errors)
     return resolved
+
+
+def slurm_class(classes, partition=None, qos=None, account=None):
+    """The class of a Slurm job from its partition, QOS and account: the one class whose `slurm`
+    fields all equal the job's. None when no class matches, or when several do (an ambiguous job
+    never moves: a restricted match must not be outweighed by a movable one)."""
+    job = {"partition": partition, "qos": qos, "account": account}
+    found = [name for name, cls in classes.items()
+             if cls.get("slurm") and all(job.get(k) == v for k, v in cls["slurm"].items())]
+    return found[0] if len(found) == 1 else None
 
 
 COST_FIELDS = ("prices", "operator_minutes_per_move", "warm_pool_gpus")

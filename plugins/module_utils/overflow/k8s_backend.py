@@ -21,7 +21,7 @@ import calendar
 import time
 
 from ..common import k8s
-from . import backends as b
+from . import backends
 from .protocol import ANNOTATION_JOB_ID, LABEL_ATTEMPT, LABEL_JOB, cloud_job_name
 from .trigger import QueueJob, QueueSnapshot
 
@@ -48,6 +48,12 @@ def _cond(obj, ctype):
         if c.get("type") == ctype and c.get("status") == "True":
             return c
     return None
+
+
+def _live(pods):
+    """Pods not being deleted: a Terminating pod (an evicted one, or one on a lost node, waiting
+    for its kubelet) has a replacement, and the Job is judged by the newest pods."""
+    return [p for p in pods if not (p.get("metadata") or {}).get("deletionTimestamp")]
 
 
 def _job_gpus(job):
@@ -100,7 +106,7 @@ def build_job(name, namespace, command, gpus=0, gpu_type=None, image="localhost/
                      "template": {"metadata": {"labels": dict(labels or {})}, "spec": pod_spec}}}
 
 
-class K8sLocalQueue(b.LocalQueue):
+class K8sLocalQueue(backends.LocalQueue):
     """The on-prem queue as Kubernetes Jobs in one namespace; the job ID is the Job name."""
 
     def __init__(self, kube, namespace="overflow-local", node_selector=None, tolerations=None):
@@ -132,16 +138,16 @@ class K8sLocalQueue(b.LocalQueue):
         for dummy in range(attempts):
             job = self.kube.get_job(self.ns, job_id)
             if job is None:
-                return b.GONE
+                return backends.GONE
             ann = job["metadata"].get("annotations") or {}
             if WITHDRAWN_ANNOTATION in ann:
-                return b.GONE
+                return backends.GONE
             if _cond(job, "Complete") or _cond(job, "Failed"):
-                return b.ALREADY_STARTED
+                return backends.ALREADY_STARTED
             if (job.get("spec") or {}).get("suspend") and HOLD_ANNOTATION in ann:
-                return b.HELD
+                return backends.HELD
             if self._started(self._pods(job_id)):
-                return b.ALREADY_STARTED
+                return backends.ALREADY_STARTED
             patch = {"metadata": {"resourceVersion": job["metadata"]["resourceVersion"],
                                   "annotations": {HOLD_ANNOTATION: "%d" % time.time()}},
                      "spec": {"suspend": True}}
@@ -151,9 +157,9 @@ class K8sLocalQueue(b.LocalQueue):
                 if err.conflict:
                     continue        # changed under us (a scheduler bound it?): read again
                 if err.not_found:
-                    return b.GONE
+                    return backends.GONE
                 raise
-            return b.HELD
+            return backends.HELD
         raise k8s.K8sError("hold job %s/%s" % (self.ns, job_id), message="still conflicting after %d tries"
                            % attempts)
 
@@ -178,15 +184,15 @@ class K8sLocalQueue(b.LocalQueue):
 
     def _state_of(self, job, pods):
         if job is None:
-            return b.Q_GONE
+            return backends.Q_GONE
         ann = job["metadata"].get("annotations") or {}
         if WITHDRAWN_ANNOTATION in ann:
-            return b.Q_WITHDRAWN
+            return backends.Q_WITHDRAWN
         if _cond(job, "Complete") or _cond(job, "Failed"):
-            return b.Q_DONE
+            return backends.Q_DONE
         if (job.get("spec") or {}).get("suspend"):
-            return b.Q_HELD if HOLD_ANNOTATION in ann else b.Q_QUEUED   # suspended by Kueue: still queued
-        return b.Q_RUNNING if self._started(pods) else b.Q_QUEUED
+            return backends.Q_HELD if HOLD_ANNOTATION in ann else backends.Q_QUEUED   # suspended by Kueue: still queued
+        return backends.Q_RUNNING if self._started(pods) else backends.Q_QUEUED
 
     def state(self, job_id):
         job = self.kube.get_job(self.ns, job_id)
@@ -207,7 +213,7 @@ class K8sLocalQueue(b.LocalQueue):
         for j in jobs:
             name = j["metadata"]["name"]
             st = self._state_of(j, by_job.get(name, []))
-            state = {b.Q_QUEUED: "pending", b.Q_RUNNING: "running", b.Q_HELD: "held"}.get(st, st)
+            state = {backends.Q_QUEUED: "pending", backends.Q_RUNNING: "running", backends.Q_HELD: "held"}.get(st, st)
             ann = j["metadata"].get("annotations") or {}
             e = QueueJob(name, j["metadata"]["labels"][CLASS_LABEL], _ts(j["metadata"].get("creationTimestamp")) or now,
                          state, _job_gpus(j), _job_gpu_type(j), deadline=ann.get(DEADLINE_ANNOTATION))
@@ -241,7 +247,7 @@ class K8sLocalQueue(b.LocalQueue):
                 continue
             product = (n["metadata"].get("labels") or {}).get(GPU_PRODUCT)
             product = names.get(product, product)
-            cap = k8s.to_int(((n.get("status") or {}).get("allocatable") or {}).get(GPU))
+            cap = k8s.node_summary(n)["gpu_allocatable"]
             if not product:
                 continue
             total[product] = total.get(product, 0) + cap
@@ -249,7 +255,7 @@ class K8sLocalQueue(b.LocalQueue):
         return free, total
 
 
-class K8sCloudCluster(b.CloudCluster):
+class K8sCloudCluster(backends.CloudCluster):
     """The cloud cluster: one Job per job ID in `namespace`; `pool` is 'warm' (standing pool) or 'on_demand'."""
 
     def __init__(self, kube, namespace="overflow", pool="warm", node_lost_after=None):
@@ -264,7 +270,7 @@ class K8sCloudCluster(b.CloudCluster):
     def _link(self, err, action):
         """Map a K8sError without HTTP status to LinkDown; re-raise the rest."""
         if err.status is None:
-            raise b.LinkDown("%s: management link to the cloud is down: %s" % (action, err.message))
+            raise backends.LinkDown("%s: management link to the cloud is down: %s" % (action, err.message))
         raise err
 
     def body(self, name, job_id, attempt_id, spec):
@@ -286,20 +292,20 @@ class K8sCloudCluster(b.CloudCluster):
         except k8s.K8sError as err:
             if err.status is None:
                 if err.request_sent:
-                    raise b.LostResponse("create of Job %s/%s: no response (%s)" % (self.ns, name, err.message))
-                raise b.LinkDown("create of Job %s/%s never got out: %s" % (self.ns, name, err.message))
+                    raise backends.LostResponse("create of Job %s/%s: no response (%s)" % (self.ns, name, err.message))
+                raise backends.LinkDown("create of Job %s/%s never got out: %s" % (self.ns, name, err.message))
             if err.conflict and (err.body.get("reason") == "AlreadyExists" or "already exists" in (err.message or "")):
                 existing = self.find_by_job_id(job_id)
                 if existing is not None:
-                    return b.SubmitResult(b.ALREADY_EXISTS, job=existing)
+                    return backends.SubmitResult(backends.ALREADY_EXISTS, job=existing)
             if err.status in (400, 403, 422):
-                return b.SubmitResult(b.REJECTED, reason="HTTP %s: %s" % (err.status, err.message))
+                return backends.SubmitResult(backends.REJECTED, reason="HTTP %s: %s" % (err.status, err.message))
             if err.status >= 500:
-                raise b.LostResponse("create of Job %s/%s: HTTP %s, effect unknown" % (self.ns, name, err.status))
+                raise backends.LostResponse("create of Job %s/%s: HTTP %s, effect unknown" % (self.ns, name, err.status))
             raise
         finally:
             self.kube.retries = saved
-        return b.SubmitResult(b.CREATED, job=self._cloud_job(created, []))
+        return backends.SubmitResult(backends.CREATED, job=self._cloud_job(created, []))
 
     def _jobs(self, job_id):
         try:
@@ -321,24 +327,24 @@ class K8sCloudCluster(b.CloudCluster):
     def _cloud_job(self, job, pods):
         meta = job["metadata"]
         labels = meta.get("labels") or {}
-        cj = b.CloudJob(meta["name"], (meta.get("annotations") or {}).get(ANNOTATION_JOB_ID),
-                        labels.get(LABEL_ATTEMPT))
+        cj = backends.CloudJob(meta["name"], (meta.get("annotations") or {}).get(ANNOTATION_JOB_ID),
+                               labels.get(LABEL_ATTEMPT))
         if meta.get("deletionTimestamp"):
-            cj.phase = b.TERMINATING
+            cj.phase = backends.TERMINATING
         elif _cond(job, "Complete"):
-            cj.phase = b.SUCCEEDED
+            cj.phase = backends.SUCCEEDED
             cj.output_checksum = self._output_checksum(pods)
             if cj.output_checksum is None:
-                cj.phase, cj.reason = b.FAILED, "job finished without reporting its output checksum"
+                cj.phase, cj.reason = backends.FAILED, "job finished without reporting its output checksum"
         elif _cond(job, "Failed"):
-            cj.phase, cj.reason = b.FAILED, _cond(job, "Failed").get("reason")
-        elif any((p.get("status") or {}).get("phase") == "Running" for p in pods):
-            cj.phase = b.RUNNING
-            lost = self._lost_node(pods)
+            cj.phase, cj.reason = backends.FAILED, _cond(job, "Failed").get("reason")
+        elif any((p.get("status") or {}).get("phase") == "Running" for p in _live(pods)):
+            cj.phase = backends.RUNNING
+            lost = self._lost_node(_live(pods))
             if lost:
-                cj.phase, cj.reason = b.FAILED, "NodeLost: %s is not Ready" % lost
+                cj.phase, cj.reason = backends.FAILED, "NodeLost: %s is not Ready" % lost
         else:
-            cj.phase = b.PENDING
+            cj.phase = backends.PENDING
         return cj
 
     def _lost_node(self, pods):

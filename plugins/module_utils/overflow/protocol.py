@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 """Exactly-once dispatch of a queued local job to the cloud cluster. Backend-agnostic.
 
-Rules (issue 6, "Dispatch protocol"):
+Rules:
 1. Hold the local entry before the cloud submission goes out, keeping the job ID.
    If the job already started locally, abandon: nothing goes to the cloud.
 2. Submit under a name derived from the job ID, labelled with job ID and attempt ID.
@@ -20,7 +20,7 @@ import hashlib
 import re
 import uuid
 
-from . import backends as b
+from . import backends
 
 PATHS = ("operator", "policy")
 
@@ -76,7 +76,7 @@ class Dispatcher(object):
         self.local = local
         self.cloud = cloud
         self.stager = stager
-        self.tr = tracker
+        self.tracker = tracker
         self.path = path
         self.actor = actor
         self.max_attempts = max_attempts
@@ -87,25 +87,25 @@ class Dispatcher(object):
     # -- helpers --------------------------------------------------------------------------------
 
     def _log(self, job_id, attempt_id, step, result, detail=None):
-        self.tr.log(job_id, attempt_id, step, result, detail, path=self.path)
+        self.tracker.log(job_id, attempt_id, step, result, detail, path=self.path)
 
     def _result(self, job_id, outcome, reason, attempt_id=None):
-        job = self.tr.job(job_id)
+        job = self.tracker.job(job_id)
         return {"job_id": job_id, "path": self.path, "outcome": outcome, "reason": reason,
                 "state": job["state"] if job else None, "attempt_id": attempt_id,
                 "cloud_name": cloud_job_name(job_id)}
 
     def _current_attempt(self, job_id):
-        attempts = self.tr.attempts(job_id)
+        attempts = self.tracker.attempts(job_id)
         return attempts[-1] if attempts else None
 
     def _cloud_attempts(self, job_id):
         """Attempts that reached the cloud side (count against max_attempts)."""
-        return [a for a in self.tr.attempts(job_id) if a["cloud_name"]]
+        return [a for a in self.tracker.attempts(job_id) if a["cloud_name"]]
 
     def _release(self, job_id, attempt_id, why):
         self.local.release(job_id)
-        self.tr.set_job_state(job_id, J_BACK_LOCAL)
+        self.tracker.set_job_state(job_id, J_BACK_LOCAL)
         self._log(job_id, attempt_id, "release_local", "released", why)
         return self._result(job_id, "released", why, attempt_id)
 
@@ -120,32 +120,32 @@ class Dispatcher(object):
             spec["inputs"] = inputs
         if image is not None:
             spec["image_artifact"] = image
-        self.tr.ensure_job(job_id, job_class, self.path, spec)
-        job = self.tr.job(job_id)
+        self.tracker.ensure_job(job_id, job_class, self.path, spec)
+        job = self.tracker.job(job_id)
         if job["state"] not in (J_QUEUED, J_BACK_LOCAL):
             return self._result(job_id, "noop", "job is %s; dispatch does nothing" % job["state"])
         if len(self._cloud_attempts(job_id)) >= self.max_attempts:
             return self._result(job_id, "noop", "attempt cap %d reached; job stays local" % self.max_attempts)
         attempt_id = self.new_id()
-        self.tr.start_attempt(job_id, attempt_id)
+        self.tracker.start_attempt(job_id, attempt_id)
         self._log(job_id, attempt_id, "dispatch", "started", {"actor": self.actor, "job_class": job_class})
         answer = self.local.hold(job_id)
         self._log(job_id, attempt_id, "hold", answer)
-        if answer == b.ALREADY_STARTED:
-            self.tr.set_attempt(attempt_id, state="abandoned", ended=True)
-            self.tr.set_job_state(job_id, J_LOCAL_RUNNING)
+        if answer == backends.ALREADY_STARTED:
+            self.tracker.set_attempt(attempt_id, state="abandoned", ended=True)
+            self.tracker.set_job_state(job_id, J_LOCAL_RUNNING)
             return self._result(job_id, "abandoned", "job already started locally; nothing sent to the cloud",
                                 attempt_id)
-        if answer == b.GONE:
-            self.tr.set_attempt(attempt_id, state="abandoned", ended=True)
-            self.tr.set_job_state(job_id, J_GONE)
+        if answer == backends.GONE:
+            self.tracker.set_attempt(attempt_id, state="abandoned", ended=True)
+            self.tracker.set_job_state(job_id, J_GONE)
             return self._result(job_id, "abandoned", "local entry is gone", attempt_id)
-        self.tr.set_job_state(job_id, J_HELD)
+        self.tracker.set_job_state(job_id, J_HELD)
         return self._stage_and_submit(job_id, attempt_id)
 
     def step(self, job_id):
         """Advance a dispatched job by one look at the world (what a scheduled policy run does)."""
-        job = self.tr.job(job_id)
+        job = self.tracker.job(job_id)
         if job is None:
             return {"job_id": job_id, "path": self.path, "outcome": "unknown", "reason": "not in tracker",
                     "state": None, "attempt_id": None, "cloud_name": cloud_job_name(job_id)}
@@ -164,16 +164,16 @@ class Dispatcher(object):
 
     def cleanup(self, job_id):
         """Release cloud resources still marked in use for a finished job (stop failed earlier)."""
-        pending = [a for a in self.tr.attempts(job_id) if a["resources"] == "in_use"]
+        pending = [a for a in self.tracker.attempts(job_id) if a["resources"] == "in_use"]
         if not pending:
             return self._result(job_id, "noop", "job is finished; nothing left to release")
         try:
             res = self.cloud.stop(job_id)
-        except b.LinkDown as exc:
+        except backends.LinkDown as exc:
             self._log(job_id, pending[-1]["attempt_id"], "stop", "link_down", str(exc))
             return self._result(job_id, "finished", "cloud resources not released yet (%s)" % exc)
         for a in pending:
-            self.tr.mark_resources(a["attempt_id"], res)
+            self.tracker.mark_resources(a["attempt_id"], res)
             self._log(job_id, a["attempt_id"], "stop", res)
         return self._result(job_id, "released_resources", "cloud resources %s" % res, pending[-1]["attempt_id"])
 
@@ -183,15 +183,15 @@ class Dispatcher(object):
         attempt_id = att["attempt_id"] if att else None
         try:
             found = self.cloud.find_by_job_id(job_id)
-        except b.LinkDown as exc:
+        except backends.LinkDown as exc:
             self._log(job_id, attempt_id, "lookup", "link_down", str(exc))
             return self._result(job_id, "held", "cloud state unknown (%s); local entry stays held" % exc,
                                 attempt_id)
         if found is None:
             self._log(job_id, attempt_id, "lookup", "no_job")
-            self.tr.set_attempt(attempt_id, state="not_created", ended=True)
+            self.tracker.set_attempt(attempt_id, state="not_created", ended=True)
             return self._release(job_id, attempt_id, "lookup shows no cloud Job under this job ID")
-        if found.phase == b.TERMINATING:
+        if found.phase == backends.TERMINATING:
             self._log(job_id, attempt_id, "lookup", "terminating", found.as_dict())
             return self._result(job_id, "held", "a cloud Job is still terminating; entry stays held", attempt_id)
         self._log(job_id, attempt_id, "lookup", "found", found.as_dict())
@@ -202,35 +202,35 @@ class Dispatcher(object):
         att = self._current_attempt(job_id)
         try:
             cj = self.cloud.find_by_job_id(job_id)
-        except b.LinkDown as exc:
+        except backends.LinkDown as exc:
             self._log(job_id, att["attempt_id"], "poll", "link_down", str(exc))
             return self._result(job_id, "running", "cloud unreachable; the cloud run goes on on its own",
                                 att["attempt_id"])
         if cj is None:
             self._log(job_id, att["attempt_id"], "poll", "no_job")
-            self.tr.set_attempt(att["attempt_id"], state="lost", resources="released", ended=True)
+            self.tracker.set_attempt(att["attempt_id"], state="lost", resources="released", ended=True)
             return self._retry_or_release(job_id, att["attempt_id"], "cloud Job disappeared")
         if cj.attempt_id != att["attempt_id"]:
             # The cloud runs another attempt than the one we recorded last: follow the cloud.
             self._adopt(job_id, att["attempt_id"], cj)
             att = self._current_attempt(job_id)
-        if cj.phase in b.LIVE_PHASES or cj.phase == b.TERMINATING:
+        if cj.phase in backends.LIVE_PHASES or cj.phase == backends.TERMINATING:
             return self._result(job_id, "running", "cloud Job is %s" % cj.phase, cj.attempt_id)
-        if cj.phase == b.FAILED:
+        if cj.phase == backends.FAILED:
             self._log(job_id, cj.attempt_id, "poll", "failed", cj.reason)
             try:
                 res = self.cloud.stop(job_id)
-            except b.LinkDown as exc:
+            except backends.LinkDown as exc:
                 self._log(job_id, cj.attempt_id, "stop", "link_down", str(exc))
                 return self._result(job_id, "running", "failed Job could not be removed yet", cj.attempt_id)
-            self.tr.set_attempt(cj.attempt_id, state="failed", resources=res, ended=True)
+            self.tracker.set_attempt(cj.attempt_id, state="failed", resources=res, ended=True)
             self._log(job_id, cj.attempt_id, "stop", res)
             return self._retry_or_release(job_id, cj.attempt_id, "cloud attempt failed: %s" % cj.reason)
         return self._collect(job_id, cj)
 
     def return_to_local(self, job_id, who):
         """Operator or scheduler takes the job back: stop the cloud attempt FIRST, then release locally."""
-        job = self.tr.job(job_id)
+        job = self.tracker.job(job_id)
         if job is None or job["state"] not in ACTIVE_STATES:
             state = job["state"] if job else None
             return self._result(job_id, "noop", "job is %s; nothing to return" % state)
@@ -239,17 +239,17 @@ class Dispatcher(object):
         try:
             res = self.cloud.stop(job_id)
             still = self.cloud.find_by_job_id(job_id)
-        except b.LinkDown as exc:
+        except backends.LinkDown as exc:
             self._log(job_id, attempt_id, "return_to_local", "refused", {"who": who, "error": str(exc)})
             return self._result(job_id, "held", "cannot stop the cloud attempt (%s); entry stays held" % exc,
                                 attempt_id)
         if still is not None:
             self._log(job_id, attempt_id, "return_to_local", "stop_pending", {"who": who})
             return self._result(job_id, "held", "cloud Job still present after stop; entry stays held", attempt_id)
-        for a in self.tr.attempts(job_id):
+        for a in self.tracker.attempts(job_id):
             if a["ended_at"] is None:
-                self.tr.set_attempt(a["attempt_id"], state="stopped",
-                                    resources=res if a["resources"] == "in_use" else None, ended=True)
+                self.tracker.set_attempt(a["attempt_id"], state="stopped",
+                                         resources=res if a["resources"] == "in_use" else None, ended=True)
         self._log(job_id, attempt_id, "stop", res, {"who": who})
         return self._release(job_id, attempt_id, "returned to the local queue by %s after stopping the cloud attempt"
                              % who)
@@ -257,12 +257,12 @@ class Dispatcher(object):
     # -- internals ------------------------------------------------------------------------------
 
     def _stage_and_submit(self, job_id, attempt_id):
-        spec = self.tr.job_spec(job_id) or {}
+        spec = self.tracker.job_spec(job_id) or {}
         inputs = spec.get("inputs") or []
         for n in range(1, self.max_transfer_tries + 1):
             try:
                 got = self.stager.stage_inputs(job_id, inputs)
-            except b.TransferInterrupted as exc:
+            except backends.TransferInterrupted as exc:
                 self._log(job_id, attempt_id, "stage_inputs", "interrupted",
                           {"try": n, "done_bytes": exc.done_bytes, "error": str(exc)})
                 continue
@@ -270,60 +270,60 @@ class Dispatcher(object):
             break
         else:
             # Nothing was submitted for this attempt, and earlier attempts were stopped before it began.
-            self.tr.set_attempt(attempt_id, state="failed", ended=True)
+            self.tracker.set_attempt(attempt_id, state="failed", ended=True)
             return self._release(job_id, attempt_id, "input transfer failed %d times" % self.max_transfer_tries)
         image = spec.get("image_artifact")
         if image:
             for n in range(1, self.max_transfer_tries + 1):
                 try:
                     got = self.stager.ensure_image(job_id, image)
-                except b.TransferInterrupted as exc:
+                except backends.TransferInterrupted as exc:
                     self._log(job_id, attempt_id, "ensure_image", "interrupted", {"try": n, "error": str(exc)})
                     continue
                 # both digests and the outcome (cached / cold_pull) go in the attempt log
                 self._log(job_id, attempt_id, "ensure_image", got["outcome"], got)
                 break
             else:
-                self.tr.set_attempt(attempt_id, state="failed", ended=True)
+                self.tracker.set_attempt(attempt_id, state="failed", ended=True)
                 return self._release(job_id, attempt_id, "image %s could not be cached on the cloud pool in %d tries"
                                      % (image.get("name"), self.max_transfer_tries))
         return self._submit(job_id, attempt_id, spec)
 
     def _submit(self, job_id, attempt_id, spec):
         name = cloud_job_name(job_id)
-        self.tr.set_attempt(attempt_id, state="submitting", cloud_name=name)
+        self.tracker.set_attempt(attempt_id, state="submitting", cloud_name=name)
         body = dict(spec)
         body.update(job_labels(job_id, attempt_id, self.path))
         try:
             res = self.cloud.submit(name, job_id, attempt_id, body)
-        except (b.LostResponse, b.LinkDown) as exc:
-            kind = "lost_response" if isinstance(exc, b.LostResponse) else "link_down"
+        except (backends.LostResponse, backends.LinkDown) as exc:
+            kind = "lost_response" if isinstance(exc, backends.LostResponse) else "link_down"
             self._log(job_id, attempt_id, "submit", kind, str(exc))
-            self.tr.set_attempt(attempt_id, state="unknown")
-            self.tr.set_job_state(job_id, J_HELD_UNKNOWN)
+            self.tracker.set_attempt(attempt_id, state="unknown")
+            self.tracker.set_job_state(job_id, J_HELD_UNKNOWN)
             return self.reconcile(job_id)
-        if res.outcome == b.CREATED:
+        if res.outcome == backends.CREATED:
             self._log(job_id, attempt_id, "submit", "created", name)
-            self.tr.set_attempt(attempt_id, state="submitted", resources="in_use")
-            self.tr.set_job_state(job_id, J_CLOUD)
+            self.tracker.set_attempt(attempt_id, state="submitted", resources="in_use")
+            self.tracker.set_job_state(job_id, J_CLOUD)
             return self._result(job_id, "submitted", "cloud Job %s created" % name, attempt_id)
-        if res.outcome == b.ALREADY_EXISTS:
+        if res.outcome == backends.ALREADY_EXISTS:
             self._log(job_id, attempt_id, "submit", "already_exists", res.job.as_dict())
             return self._adopt(job_id, attempt_id, res.job)
         self._log(job_id, attempt_id, "submit", "rejected", res.reason)
-        self.tr.set_attempt(attempt_id, state="rejected", ended=True)
+        self.tracker.set_attempt(attempt_id, state="rejected", ended=True)
         return self._release(job_id, attempt_id, "cloud rejected the submission: %s" % res.reason)
 
     def _adopt(self, job_id, attempt_id, cj):
         """Adopt the Job the cloud already has for this job ID instead of creating another."""
         if cj.attempt_id != attempt_id:
-            if attempt_id is not None and self.tr.attempt(attempt_id)["ended_at"] is None:
-                self.tr.set_attempt(attempt_id, state="adopted_away", ended=True)
-            if self.tr.attempt(cj.attempt_id) is None:
-                self.tr.start_attempt(job_id, cj.attempt_id, state="submitted")
-                self.tr.set_attempt(cj.attempt_id, cloud_name=cj.name)
-        self.tr.set_attempt(cj.attempt_id, state="submitted", resources="in_use")
-        self.tr.set_job_state(job_id, J_CLOUD)
+            if attempt_id is not None and self.tracker.attempt(attempt_id)["ended_at"] is None:
+                self.tracker.set_attempt(attempt_id, state="adopted_away", ended=True)
+            if self.tracker.attempt(cj.attempt_id) is None:
+                self.tracker.start_attempt(job_id, cj.attempt_id, state="submitted")
+                self.tracker.set_attempt(cj.attempt_id, cloud_name=cj.name)
+        self.tracker.set_attempt(cj.attempt_id, state="submitted", resources="in_use")
+        self.tracker.set_job_state(job_id, J_CLOUD)
         self._log(job_id, cj.attempt_id, "adopt", "adopted", cj.as_dict())
         return self._result(job_id, "adopted", "adopted existing cloud Job %s (attempt %s)" % (cj.name, cj.attempt_id),
                             cj.attempt_id)
@@ -333,22 +333,22 @@ class Dispatcher(object):
             self._log(job_id, failed_attempt, "retry", "cap_reached", why)
             return self._release(job_id, failed_attempt, "%s; attempt cap %d reached" % (why, self.max_attempts))
         attempt_id = self.new_id()
-        self.tr.start_attempt(job_id, attempt_id)
+        self.tracker.start_attempt(job_id, attempt_id)
         self._log(job_id, attempt_id, "retry", "started", {"after": failed_attempt, "why": why})
-        self.tr.set_job_state(job_id, J_HELD)
+        self.tracker.set_job_state(job_id, J_HELD)
         return self._stage_and_submit(job_id, attempt_id)
 
     def _return_failures(self, job_id, attempt_id):
-        return sum(1 for e in self.tr.logs(job_id)
+        return sum(1 for e in self.tracker.logs(job_id)
                    if e["attempt_id"] == attempt_id and e["step"] == "fetch_outputs" and e["result"] != "verified")
 
     def _collect(self, job_id, cj):
-        self.tr.set_job_state(job_id, J_RETURNING)
+        self.tracker.set_job_state(job_id, J_RETURNING)
         attempt_id = cj.attempt_id
         while self._return_failures(job_id, attempt_id) < self.max_return_tries:
             try:
                 got = self.stager.fetch_outputs(job_id, cj)
-            except b.ReturnFailed as exc:
+            except backends.ReturnFailed as exc:
                 self._log(job_id, attempt_id, "fetch_outputs", "failed", str(exc))
                 continue
             if got["checksum"] != cj.output_checksum:
@@ -356,8 +356,8 @@ class Dispatcher(object):
                           {"expected": cj.output_checksum, "got": got["checksum"], "ref": got["ref"]})
                 continue
             self._log(job_id, attempt_id, "fetch_outputs", "verified", got)
-            verdict = self.tr.commit(job_id, attempt_id, got["checksum"], self.actor, output_ref=got["ref"],
-                                     verified_at=self.tr.clock())
+            verdict = self.tracker.commit(job_id, attempt_id, got["checksum"], self.actor, output_ref=got["ref"],
+                                          verified_at=self.tracker.clock())
             if not verdict["committed"] and verdict["existing_attempt_id"] is None:
                 # Refused for a reason other than an earlier commit (e.g. attempt stopped): do not finish.
                 return self._result(job_id, "commit_refused", verdict["reason"], attempt_id)
@@ -365,10 +365,10 @@ class Dispatcher(object):
         # Results could not be brought back intact within the cap: give the job back to the local queue.
         try:
             res = self.cloud.stop(job_id)
-        except b.LinkDown as exc:
+        except backends.LinkDown as exc:
             self._log(job_id, attempt_id, "stop", "link_down", str(exc))
             return self._result(job_id, "returning", "return failed and cloud unreachable; retry later", attempt_id)
-        self.tr.set_attempt(attempt_id, state="failed", resources=res, ended=True)
+        self.tracker.set_attempt(attempt_id, state="failed", resources=res, ended=True)
         self._log(job_id, attempt_id, "stop", res)
         return self._release(job_id, attempt_id, "results could not be returned intact after %d tries"
                              % self.max_return_tries)
@@ -377,14 +377,14 @@ class Dispatcher(object):
         try:
             res = self.cloud.stop(job_id)
             self._log(job_id, attempt_id, "stop", res)
-        except b.LinkDown as exc:
+        except backends.LinkDown as exc:
             res = None
             self._log(job_id, attempt_id, "stop", "link_down", str(exc))
         if verdict["committed"]:
-            self.tr.set_attempt(attempt_id, state="committed", resources=res, ended=True)
+            self.tracker.set_attempt(attempt_id, state="committed", resources=res, ended=True)
         else:
-            self.tr.set_attempt(attempt_id, resources=res, ended=True)
+            self.tracker.set_attempt(attempt_id, resources=res, ended=True)
         self.local.withdraw(job_id)
-        self.tr.set_job_state(job_id, J_FINISHED)
+        self.tracker.set_job_state(job_id, J_FINISHED)
         self._log(job_id, attempt_id, "finish", "finished", verdict["reason"])
         return self._result(job_id, "finished", verdict["reason"], attempt_id)

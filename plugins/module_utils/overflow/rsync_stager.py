@@ -23,6 +23,9 @@ Inputs: [{"name", "path" (file on the control host), "shared": bool}].
 - Throughput is sustained: bytes sent / wall time of the whole staging (checksums included).
 Outputs come back to `onprem_root/<job_id>/<attempt_id>/` and their checksum (tree_digest) is
 computed over what landed on-prem, never taken from the sender.
+Job IDs, attempt IDs, input and image names are checked with remote.check_name before any command
+runs (a refusal is a TransferInterrupted or ReturnFailed naming the field and the value); every value
+in a remote command is quoted on its own. SSH checks the host key, against `known_hosts` when given.
 """
 from __future__ import annotations
 
@@ -32,10 +35,8 @@ import shlex
 import subprocess
 import time
 
-from . import backends as b
-
-SSH_OPTS = ["-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
-            "-o", "LogLevel=ERROR", "-o", "ConnectTimeout=5"]
+from . import backends
+from .remote import UnsafeName, check_name, command, ssh_options
 
 
 def file_sha256(path, bufsize=1 << 20):
@@ -71,10 +72,11 @@ def parse_sha256sum(text):
     return out
 
 
-class RsyncStager(b.Stager):
+class RsyncStager(backends.Stager):
     def __init__(self, host, ssh_key, onprem_root, remote_root="/srv/cloud-storage", user="root",
-                 ssh_port=22, timeout=600, image_cache=None):
+                 ssh_port=22, timeout=600, image_cache=None, known_hosts=None):
         self.host = host
+        self.known_hosts = known_hosts
         self.user = user
         self.ssh_key = ssh_key
         self.ssh_port = ssh_port
@@ -93,13 +95,13 @@ class RsyncStager(b.Stager):
 
     # -- transport ------------------------------------------------------------------------------
     def _ssh_base(self, port=None):
-        return ["ssh", "-i", self.ssh_key, "-p", str(port or self.ssh_port)] + SSH_OPTS
+        return ["ssh", "-i", self.ssh_key, "-p", str(port or self.ssh_port)] + ssh_options(self.known_hosts)
 
     def ssh(self, command, check=True):
         res = subprocess.run(self._ssh_base() + ["%s@%s" % (self.user, self.host), command],
                              capture_output=True, text=True, timeout=self.timeout, check=False)
         if check and res.returncode != 0:
-            raise b.TransferInterrupted("ssh %s: %s failed (rc %d): %s" % (
+            raise backends.TransferInterrupted("ssh %s: %s failed (rc %d): %s" % (
                 self.host, command[:80], res.returncode, res.stderr.strip()[-300:]))
         return res
 
@@ -125,9 +127,9 @@ class RsyncStager(b.Stager):
     def _remote_state(self, job_id, items):
         """One SSH call: the warm-data manifest and the checksums of what is already there."""
         paths = " ".join(shlex.quote(self._dest_of(job_id, it)) for it in items)
-        cmd = ("mkdir -p %s %s; cat %s 2>/dev/null; echo '--- remote'; sha256sum %s 2>/dev/null; true" % (
-            shlex.quote(self.remote("shared")), shlex.quote(self.remote("jobs", job_id, "inputs")),
-            shlex.quote(self.remote("shared", "MANIFEST.sha256")), paths))
+        cmd = ("%s; %s 2>/dev/null; echo '--- remote'; sha256sum %s 2>/dev/null; true" % (
+            command("mkdir", "-p", self.remote("shared"), self.remote("jobs", job_id, "inputs")),
+            command("cat", self.remote("shared", "MANIFEST.sha256")), paths))
         text = self.ssh(cmd).stdout
         manifest_text, dummy, remote_text = text.partition("--- remote\n")
         return parse_sha256sum(manifest_text), parse_sha256sum(remote_text)
@@ -137,12 +139,23 @@ class RsyncStager(b.Stager):
             return self.remote("shared", item["name"])
         return self.remote("jobs", job_id, "inputs", item["name"])
 
+    @staticmethod
+    def _names(error, *fields):
+        """Refuse (as `error`) any (field, value) whose value may not go into a remote path or command."""
+        try:
+            for field, value in fields:
+                check_name(field, value)
+        except UnsafeName as exc:
+            raise error(str(exc))
+
     def stage_inputs(self, job_id, inputs):
         t0 = time.monotonic()
+        self._names(backends.TransferInterrupted, ("job ID", job_id),
+                    *[("dataset name" if it.get("shared") else "input name", it.get("name")) for it in inputs])
         items = []
         for it in inputs:
             if not it.get("path") or not os.path.isfile(it["path"]):
-                raise b.TransferInterrupted("input %r of %s: local file %r does not exist" % (
+                raise backends.TransferInterrupted("input %r of %s: local file %r does not exist" % (
                     it.get("name"), job_id, it.get("path")))
             items.append(dict(it, sha256=file_sha256(it["path"]), size=os.path.getsize(it["path"])))
         manifest, remote = self._remote_state(job_id, items)
@@ -174,7 +187,7 @@ class RsyncStager(b.Stager):
                 done = self._partial_sizes(job_id, [it]).get(dest, 0)
                 sent += max(0, done - have)
                 self.last = self._stats(sent, skipped, t0, resumed, len(items))
-                raise b.TransferInterrupted("rsync of %s for %s stopped (rc %s): %s" % (
+                raise backends.TransferInterrupted("rsync of %s for %s stopped (rc %s): %s" % (
                     it["name"], job_id, rc, err[-300:]), done_bytes=done)
             sent += it["size"] - have
         if todo:
@@ -182,7 +195,7 @@ class RsyncStager(b.Stager):
             bad = [it for it in todo if after.get(self._dest_of(job_id, it)) != it["sha256"]]
             if bad:
                 self.ssh("rm -f %s" % " ".join(shlex.quote(self._dest_of(job_id, it)) for it in bad))
-                raise b.TransferInterrupted("checksum mismatch after copy of %s; removed for a clean resend" % (
+                raise backends.TransferInterrupted("checksum mismatch after copy of %s; removed for a clean resend" % (
                     ", ".join(it["name"] for it in bad)), done_bytes=0)
             shared = [it for it in todo if it.get("shared")]
             if shared:
@@ -210,10 +223,12 @@ class RsyncStager(b.Stager):
     def _update_manifest(self, shared):
         """Record warm shared datasets (name -> sha256) on the storage host, atomically."""
         lines = "".join("%s  %s\n" % (it["sha256"], it["name"]) for it in shared)
-        names = "|".join(it["name"] for it in shared)
-        m = shlex.quote(self.remote("shared", "MANIFEST.sha256"))
-        cmd = ("touch %s && { grep -v -E '  (%s)$' %s; printf %%s %s; } > %s.tmp && mv %s.tmp %s" % (
-            m, names, m, shlex.quote(lines), m, m, m))
+        # names are checked (letters, digits, '.', '_', '-'): only '.' needs escaping in the pattern
+        pattern = "  (%s)$" % "|".join(it["name"].replace(".", "[.]") for it in shared)
+        m = self.remote("shared", "MANIFEST.sha256")
+        cmd = "%s && { %s; %s; } > %s && %s" % (
+            command("touch", m), command("grep", "-v", "-E", "-e", pattern, m), command("printf", "%s", lines),
+            command(m + ".tmp"), command("mv", m + ".tmp", m))
         self.ssh(cmd)
 
     def warm_shared(self, name, path):
@@ -222,7 +237,7 @@ class RsyncStager(b.Stager):
 
     # -- images ---------------------------------------------------------------------------------
     def cached_image_path(self, name):
-        return "%s/%s" % (self.image_cache, name.strip("/").replace("/", "_"))
+        return "%s/%s" % (self.image_cache, check_name("image name", name.strip("/").replace("/", "_")))
 
     def _cached_digest(self, name):
         dest = shlex.quote(self.cached_image_path(name))
@@ -232,11 +247,12 @@ class RsyncStager(b.Stager):
 
     def ensure_image(self, job_id, image):
         name, path = image["name"], image.get("path")
+        self._names(backends.TransferInterrupted, ("job ID", job_id), ("image name", name.strip("/").replace("/", "_")))
         if not path or not os.path.isfile(path):
-            raise b.TransferInterrupted("image %s of %s: on-prem copy %r does not exist" % (name, job_id, path))
+            raise backends.TransferInterrupted("image %s of %s: on-prem copy %r does not exist" % (name, job_id, path))
         onprem = "sha256:" + file_sha256(path)
         if image.get("digest") and image["digest"] != onprem:
-            raise b.TransferInterrupted("image %s: on-prem copy %s has digest %s, the job class declares %s" % (
+            raise backends.TransferInterrupted("image %s: on-prem copy %s has digest %s, the job class declares %s" % (
                 name, path, onprem, image["digest"]))
         before = self._cached_digest(name)
         out = {"name": name, "onprem_digest": onprem, "cached_digest": before, "bytes_sent": 0,
@@ -249,13 +265,13 @@ class RsyncStager(b.Stager):
         dest = self.cached_image_path(name)
         rc, err = self._rsync([path], "%s@%s:%s" % (self.user, self.host, dest), ["--checksum"], resume=False)
         if rc != 0:
-            raise b.TransferInterrupted("cold pull of image %s for %s failed (rc %s): %s" % (
+            raise backends.TransferInterrupted("cold pull of image %s for %s failed (rc %s): %s" % (
                 name, job_id, rc, err[-300:]))
         after = self._cached_digest(name)
         secs = round(time.monotonic() - t0, 4)
         if after != onprem:
             self.ssh("rm -f %s" % shlex.quote(dest))
-            raise b.TransferInterrupted("image %s: cached digest %s after the pull, on-prem %s; removed" % (
+            raise backends.TransferInterrupted("image %s: cached digest %s after the pull, on-prem %s; removed" % (
                 name, after, onprem))
         out.update(outcome="cold_pull", verified_digest=after, bytes_sent=os.path.getsize(path), pull_seconds=secs)
         self.last_image = dict(out)
@@ -271,6 +287,7 @@ class RsyncStager(b.Stager):
 
     def fetch_outputs(self, job_id, cloud_job):
         attempt = cloud_job.attempt_id
+        self._names(backends.ReturnFailed, ("job ID", job_id), ("attempt ID", attempt))
         dest = os.path.join(self.onprem_root, job_id, attempt)
         os.makedirs(dest, exist_ok=True)
         port = None
@@ -280,7 +297,7 @@ class RsyncStager(b.Stager):
         rc, err = self._rsync(["%s@%s:%s/" % (self.user, self.host, self.output_dir_remote(job_id, attempt))],
                               dest + "/", ["--checksum", "--delete"], port=port, resume=False)
         if rc != 0:
-            raise b.ReturnFailed("return copy of %s attempt %s failed (rc %s): %s" % (job_id, attempt, rc, err[-300:]))
+            raise backends.ReturnFailed("return copy of %s attempt %s failed (rc %s): %s" % (job_id, attempt, rc, err[-300:]))
         if self.corrupt_next:
             self.corrupt_next -= 1
             _flip_one_byte(dest)

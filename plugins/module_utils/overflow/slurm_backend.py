@@ -4,9 +4,11 @@
 """Overflow local queue on a real Slurm, driven over SSH on the Slurm controller.
 
 The overflow job ID is the Slurm job name (`sbatch -J`); the numeric Slurm job ID never changes
-through hold and release, so both stay stable. The job class travels in the job's Comment as
-`ovf-class=<class>`; holding appends `ovf-hold=<epoch>` so our holds are told apart from holds
-someone else placed.
+through hold and release, so both stay stable. A job whose name is not a safe name (remote.check_name)
+is not an overflow candidate. The job class comes from facts the site sets, never from the user:
+the job's partition, QOS and account, matched against the `slurm` block of each class in the job
+classes file (jobclass.slurm_class). The Comment carries only the collection's own markers: holding
+appends `ovf-hold=<epoch>` so our holds are told apart from holds someone else placed.
 - hold: `scontrol hold` (refused by Slurm once the job runs: ALREADY_STARTED), then the marker.
 - release: `scontrol release`, marker removed.
 - withdraw: marker `ovf-withdrawn=<epoch>`, then `scancel` (the job finished in the cloud).
@@ -25,14 +27,14 @@ import tempfile
 import time
 
 from ..parsers import slurm
-from . import backends as b
+from . import backends
+from . import jobclass
+from .remote import UnsafeName, check_name, command, is_safe, ssh_options
 from .trigger import QueueJob, QueueSnapshot
 
-SQUEUE_FIELDS = ["JobID", "Name", "State", "Reason", "SubmitTime", "StartTime", "Comment", "NumCPUs"]
+SQUEUE_FIELDS = ["JobID", "Name", "State", "Reason", "SubmitTime", "StartTime", "Comment", "NumCPUs",
+                 "Partition", "QOS", "Account"]
 SQUEUE_CMD = "squeue -a -t all -O %s" % shlex.quote(",".join("%s:|#" % f for f in SQUEUE_FIELDS))
-SSH_OPTS = ["-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
-            "-o", "LogLevel=ERROR", "-o", "ConnectTimeout=5"]
-_SAFE = re.compile(r"^[A-Za-z0-9._-]+$")
 FAR = 200 * 86400     # a start "estimate" further away than this is Slurm's placeholder, not a forecast
 
 
@@ -58,15 +60,24 @@ def comment_fields(text):
     return out
 
 
+def _slurm_id(row):
+    """The numeric Slurm job ID of a squeue row (refused when squeue gave anything else)."""
+    sid = row["slurm_id"] or ""
+    if not re.fullmatch(r"[0-9]+(_[0-9]+)?", sid):
+        raise SlurmError("squeue gave job %r a Slurm job ID that is not a number: %r" % (row["name"], sid))
+    return sid
+
+
 def _comment(fields):
     return " ".join("%s=%s" % kv for kv in sorted(fields.items()))
 
 
-class SlurmLocalQueue(b.LocalQueue):
+class SlurmLocalQueue(backends.LocalQueue):
     """`classes` (job class name -> settings from jobclass.load) gives GPU count and type per job."""
 
-    def __init__(self, host, ssh_key, user="root", classes=None, timeout=60):
+    def __init__(self, host, ssh_key, user="root", classes=None, timeout=60, known_hosts=None):
         self.host = host
+        self.known_hosts = known_hosts
         self.user = user
         self.ssh_key = ssh_key
         self.classes = classes or {}
@@ -77,7 +88,7 @@ class SlurmLocalQueue(b.LocalQueue):
     def run(self, command, check=True):
         """One SSH round trip (multiplexed over a ControlMaster); returns (rc, stdout, stderr)."""
         self.round_trips += 1
-        cmd = ["ssh", "-i", self.ssh_key] + SSH_OPTS + [
+        cmd = ["ssh", "-i", self.ssh_key] + ssh_options(self.known_hosts) + [
             "-o", "ControlMaster=auto", "-o", "ControlPersist=60", "-o", "ControlPath=" + self._ctl,
             "%s@%s" % (self.user, self.host), command]
         res = subprocess.run(cmd, capture_output=True, text=True, timeout=self.timeout, check=False)
@@ -103,7 +114,8 @@ class SlurmLocalQueue(b.LocalQueue):
             rows.append({"name": j["name"], "slurm_id": j["job_id"], "state": j["state"], "reason": j["reason"],
                          "held": j["held"], "submit": _epoch(raw.get("SUBMIT_TIME")),
                          "start": _epoch(raw.get("START_TIME")), "comment": comment_fields(raw.get("COMMENT")),
-                         "cpus": int(raw.get("CPUS") or 0) if (raw.get("CPUS") or "").isdigit() else 0})
+                         "cpus": int(raw.get("CPUS") or 0) if (raw.get("CPUS") or "").isdigit() else 0,
+                         "partition": raw.get("PARTITION"), "qos": raw.get("QOS"), "account": raw.get("ACCOUNT")})
         rows.sort(key=lambda r: int(r["slurm_id"]) if (r["slurm_id"] or "").isdigit() else 0)
         return rows
 
@@ -116,70 +128,83 @@ class SlurmLocalQueue(b.LocalQueue):
     @staticmethod
     def _state_of(row):
         if row is None:
-            return b.Q_GONE
+            return backends.Q_GONE
         c = row["comment"]
         if "ovf-withdrawn" in c:
-            return b.Q_WITHDRAWN
+            return backends.Q_WITHDRAWN
         st = row["state"]
         if st == "PENDING":
-            return b.Q_HELD if (row["held"] and "ovf-hold" in c) else b.Q_QUEUED
+            return backends.Q_HELD if (row["held"] and "ovf-hold" in c) else backends.Q_QUEUED
         if st in ("RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED", "STOPPED"):
-            return b.Q_RUNNING
+            return backends.Q_RUNNING
         if st in ("COMPLETED", "FAILED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL"):
-            return b.Q_DONE
-        return b.Q_GONE         # cancelled by someone else, or vanished
+            return backends.Q_DONE
+        return backends.Q_GONE         # cancelled by someone else, or vanished
 
     def state(self, job_id):
         return self._state_of(self._find(job_id))
 
     # -- changes ----------------------------------------------------------------------------------
-    def enqueue(self, job_id, job_class, command, cpus=1):
-        """Submit a job (what a user does). Returns the Slurm job ID."""
-        if not _SAFE.match(job_id) or not _SAFE.match(job_class):
-            raise SlurmError("job ID and class must match %s: %r %r" % (_SAFE.pattern, job_id, job_class))
-        dummy, out, dummy = self.run("sbatch --parsable -J %s -c %d --comment %s --wrap %s" % (
-            job_id, cpus, shlex.quote("ovf-class=%s" % job_class), shlex.quote(command)))
+    def enqueue(self, job_id, job_class, script, cpus=1):
+        """Submit a job (what a user does) to the partition, QOS and account that the job classes
+        file maps to `job_class`. Returns the Slurm job ID."""
+        try:
+            check_name("job ID", job_id)
+        except UnsafeName as exc:
+            raise SlurmError(str(exc))
+        match = (self.classes.get(job_class) or {}).get("slurm")
+        if not match:
+            raise SlurmError("job class %r has no slurm partition, qos or account in the job classes file" % (job_class,))
+        args = ["sbatch", "--parsable", "-J", job_id, "-c", "%d" % cpus]
+        for key, flag in (("partition", "--partition"), ("qos", "--qos"), ("account", "--account")):
+            if match.get(key):
+                args += [flag, match[key]]
+        dummy, out, dummy = self.run(command(*(args + ["--wrap", script])))
         return out.strip().split(";")[0]
 
     def hold(self, job_id):
         row = self._find(job_id)
         st = self._state_of(row)
-        if st in (b.Q_GONE, b.Q_WITHDRAWN):
-            return b.GONE
-        if st in (b.Q_RUNNING, b.Q_DONE):
-            return b.ALREADY_STARTED
-        if st == b.Q_HELD:
-            return b.HELD
+        if st in (backends.Q_GONE, backends.Q_WITHDRAWN):
+            return backends.GONE
+        if st in (backends.Q_RUNNING, backends.Q_DONE):
+            return backends.ALREADY_STARTED
+        if st == backends.Q_HELD:
+            return backends.HELD
         c = dict(row["comment"], **{"ovf-hold": "%d" % time.time()})
         # Slurm refuses to hold a job that has started: that answer decides, in the same round trip.
-        rc, out, err = self.run("scontrol hold %s && scontrol update jobid=%s comment=%s" % (
-            row["slurm_id"], row["slurm_id"], shlex.quote(_comment(c))), check=False)
+        sid = _slurm_id(row)
+        rc, out, err = self.run("%s && %s" % (command("scontrol", "hold", sid),
+                                              command("scontrol", "update", "jobid=" + sid, "comment=" + _comment(c))),
+                                check=False)
         if rc == 0:
-            return b.HELD
+            return backends.HELD
         after = self._state_of(self._find(job_id))
-        if after in (b.Q_RUNNING, b.Q_DONE):
-            return b.ALREADY_STARTED
-        if after in (b.Q_GONE, b.Q_WITHDRAWN):
-            return b.GONE
+        if after in (backends.Q_RUNNING, backends.Q_DONE):
+            return backends.ALREADY_STARTED
+        if after in (backends.Q_GONE, backends.Q_WITHDRAWN):
+            return backends.GONE
         raise SlurmError("scontrol hold of %s (%s) failed: %s" % (job_id, row["slurm_id"], (err or out).strip()))
 
     def release(self, job_id):
         row = self._find(job_id)
-        if self._state_of(row) != b.Q_HELD:
+        if self._state_of(row) != backends.Q_HELD:
             return False
         c = dict(row["comment"])
         c.pop("ovf-hold", None)
-        self.run("scontrol update jobid=%s comment=%s && scontrol release %s" % (
-            row["slurm_id"], shlex.quote(_comment(c)), row["slurm_id"]))
+        sid = _slurm_id(row)
+        self.run("%s && %s" % (command("scontrol", "update", "jobid=" + sid, "comment=" + _comment(c)),
+                               command("scontrol", "release", sid)))
         return True
 
     def withdraw(self, job_id):
         row = self._find(job_id)
-        if self._state_of(row) != b.Q_HELD:
+        if self._state_of(row) != backends.Q_HELD:
             return False
         c = dict(row["comment"], **{"ovf-withdrawn": "%d" % time.time()})
-        self.run("scontrol update jobid=%s comment=%s && scancel %s" % (
-            row["slurm_id"], shlex.quote(_comment(c)), row["slurm_id"]))
+        sid = _slurm_id(row)
+        self.run("%s && %s" % (command("scontrol", "update", "jobid=" + sid, "comment=" + _comment(c)),
+                               command("scancel", sid)))
         return True
 
     # -- trigger input ------------------------------------------------------------------------------
@@ -198,16 +223,17 @@ class SlurmLocalQueue(b.LocalQueue):
         jobs = []
         used = {}
         for r in rows:
-            cls_name = r["comment"].get("ovf-class")
+            # the class comes from partition/QOS/account (site facts); a job with an unsafe name has none
+            cls_name = jobclass.slurm_class(self.classes, r["partition"], r["qos"], r["account"]) if is_safe(r["name"]) else None
             cls = self.classes.get(cls_name, {})
             st = self._state_of(r)
             gpus, gtype = int(cls.get("gpus", 1)), cls.get("gpu_type")
-            if st == b.Q_RUNNING and gtype:
+            if st == backends.Q_RUNNING and gtype:
                 used[gtype] = used.get(gtype, 0) + gpus
-            if st not in (b.Q_QUEUED, b.Q_HELD, b.Q_RUNNING) or not cls_name:
+            if st not in (backends.Q_QUEUED, backends.Q_HELD, backends.Q_RUNNING) or not cls_name:
                 continue
             start = r["start"] if r["start"] and r["start"] - now < FAR else None
-            state = {b.Q_QUEUED: "pending", b.Q_HELD: "held", b.Q_RUNNING: "running"}[st]
+            state = {backends.Q_QUEUED: "pending", backends.Q_HELD: "held", backends.Q_RUNNING: "running"}[st]
             jobs.append(QueueJob(r["name"], cls_name, r["submit"] or now, state, gpus, gtype,
                                  expected_start=start if state == "pending" else None))
         total = dict(total_gpus or {})

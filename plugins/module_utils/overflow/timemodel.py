@@ -35,10 +35,10 @@ class UnitError(ValueError):
 
 
 def _split(value, what):
-    m = _NUM_UNIT.match(str(value))
-    if not m:
+    match = _NUM_UNIT.match(str(value))
+    if not match:
         raise UnitError("cannot read %s %r (expected a number with an optional unit)" % (what, value))
-    return float(m.group(1)), m.group(2)
+    return float(match.group(1)), match.group(2)
 
 
 def parse_size(value):
@@ -64,10 +64,10 @@ def parse_rate(value):
         rate = float(value)
     else:
         num, unit = _split(value, "rate")
-        m = _RATE_UNIT.match(unit)
-        if not m:
+        match = _RATE_UNIT.match(unit)
+        if not match:
             raise UnitError("unknown rate unit %r in %r (use bps, Mbps, Gbps, Gbit/s, MB/s, GB/s)" % (unit, value))
-        rate = num * _RATE_PREFIX[m.group(1).lower()] * (8 if m.group(2) in ("B/s", "Bps") else 1)
+        rate = num * _RATE_PREFIX[match.group(1).lower()] * (8 if match.group(2) in ("B/s", "Bps") else 1)
     if rate <= 0:
         raise UnitError("rate %r must be above zero" % (value,))
     return rate

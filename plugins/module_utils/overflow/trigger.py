@@ -11,7 +11,7 @@ The queue snapshot comes from a local queue backend (Kubernetes Jobs, Slurm).
 """
 from __future__ import annotations
 
-from . import timemodel as tm
+from . import timemodel
 
 PENDING_STATES = frozenset(["pending", "queued"])
 
@@ -77,14 +77,14 @@ def full_reasons(job, cls, snapshot, wait_s):
     waited = snapshot.now - job.submit_time
     if waited > cls["queue_wait_threshold"]:
         reasons.append("wait_above_threshold: waited %s, threshold %s" % (
-            tm.human(waited), tm.human(cls["queue_wait_threshold"])))
+            timemodel.human(waited), timemodel.human(cls["queue_wait_threshold"])))
     free = snapshot.free_gpus.get(job.gpu_type, 0)
     if free < job.gpus:
         reasons.append("no_free_gpus: %d free %s, job needs %d" % (free, job.gpu_type, job.gpus))
     if job.deadline is not None:
         done = snapshot.now + wait_s + cls["typical_runtime"]
         if done > job.deadline:
-            reasons.append("deadline_at_risk: local finish %s after the deadline" % tm.human(done - job.deadline))
+            reasons.append("deadline_at_risk: local finish %s after the deadline" % timemodel.human(done - job.deadline))
     return reasons
 
 
@@ -112,7 +112,7 @@ def evaluate(snapshot, classes, path="policy"):
             d["reason"] = "restricted class: data may not leave the site; never moves, even when full"
             out.append(d)
             continue
-        tmr = tm.compare(
+        tmr = timemodel.compare(
             local_wait=wait_s, local_runtime=cls["typical_runtime"], link_bps=cls["link_bps"],
             cloud_runtime=cls.get("cloud_runtime"), input_bytes=cls["input_size"], output_bytes=cls["output_size"],
             dispatch=cls["dispatch"], cloud_queue_wait=cls["cloud_queue_wait"], image_bytes=cls["image_size"],

@@ -50,11 +50,11 @@ def parse_tracking(text):
     for line in (text or "").replace("\r\n", "\n").split("\n"):
         if not line.strip():
             continue
-        m = _LINE.match(line)
-        if not m:
+        match = _LINE.match(line)
+        if not match:
             result["errors"].append("unparsed line: %r" % line)
             continue
-        key, value = m.group(1), m.group(2)
+        key, value = match.group(1), match.group(2)
         if key == "Reference ID":
             ref = _REFID.match(value)
             ident, name = (ref.group(1), ref.group(2)) if ref else (value, None)
@@ -70,15 +70,15 @@ def parse_tracking(text):
         elif key == "Leap status":
             result["leap_status"] = value
         elif key in _SECONDS_KEYS:
-            sm = _SECONDS.match(value)
-            if sm:
-                result[_SECONDS_KEYS[key]] = _signed(sm.group(1), sm.group(2))
+            seconds = _SECONDS.match(value)
+            if seconds:
+                result[_SECONDS_KEYS[key]] = _signed(seconds.group(1), seconds.group(2))
             else:
                 result["errors"].append("%s: not seconds: %r" % (key, value))
         elif key in _PPM_KEYS:
-            pm = _PPM.match(value)
-            if pm:
-                result[_PPM_KEYS[key]] = _signed(pm.group(1), pm.group(2))
+            ppm = _PPM.match(value)
+            if ppm:
+                result[_PPM_KEYS[key]] = _signed(ppm.group(1), ppm.group(2))
             else:
                 result["errors"].append("%s: not ppm: %r" % (key, value))
         else:

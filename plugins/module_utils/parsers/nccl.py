@@ -36,12 +36,12 @@ _PARAM_KEYS = {"nThread": "nthread", "nGpus": "ngpus", "minBytes": "min_bytes", 
 
 def _strip_prefix(line):
     """Remove an MPI tag or srun label. Returns (line, kind)."""
-    m = _MPI_TAG.match(line)
-    if m:
-        return line[m.end():], "mpirun"
-    m = _SRUN_LABEL.match(line)
-    if m and not re.match(r"^\s*\d+\s+\d", line):
-        return line[m.end():], "srun"
+    match = _MPI_TAG.match(line)
+    if match:
+        return line[match.end():], "mpirun"
+    match = _SRUN_LABEL.match(line)
+    if match and not re.match(r"^\s*\d+\s+\d", line):
+        return line[match.end():], "srun"
     return line, None
 
 
@@ -113,39 +113,11 @@ def parse(text):
             result["info_lines"] += 1
             continue
         comment = body.lstrip("#").strip()
-        if "nThread" in comment and "minBytes" in comment:
-            for key, value in _PARAMS.findall(comment):
-                number = _num(value)
-                result["params"][_PARAM_KEYS[key]] = number if number is not None else value
-            continue
-        m = _RANK.search(comment) if comment.startswith("Rank") else None
-        if m:
-            result["devices"].append({
-                "rank": int(m.group(1)),
-                "group": int(m.group(2)) if m.group(2) else None,
-                "pid": int(m.group(3)) if m.group(3) else None,
-                "host": m.group(4), "device": int(m.group(5)), "bus": m.group(6), "name": m.group(7)})
-            continue
-        m = _VERSION.match(body) or _COMPILED.search(body)
-        if m:
-            result["nccl_version"] = m.group(1)
-            continue
-        m = _OOB.search(comment)
-        if m:
-            result["out_of_bounds"] = int(m.group(1))
-            result["out_of_bounds_verdict"] = m.group(2)
-            continue
-        m = _AVG.search(comment)
-        if m:
-            result["avg_busbw"] = float(m.group(1))
+        if _read_run_line(body, comment, result):
             continue
         words = comment.split()
         if "time" in words and "algbw" in words and ("size" in words or "bytes" in words):
-            result["columns"] = words
-            first_time = words.index("time")
-            lead = [_LEAD_NAMES.get(w, w) for w in words[:first_time]]
-            check = words[first_time + 3] if len(words) > first_time + 3 else None
-            result["check_column"] = check
+            lead = _read_columns(words, result)
             continue
         if _FAILURE.search(body):
             result["errors"].append(body)
@@ -154,17 +126,7 @@ def parse(text):
             continue
         if body.startswith("#") or not re.match(r"^\d", body):
             continue
-        tokens = body.split()
-        if not lead or len(tokens) != len(lead) + 8:
-            result["errors"].append("unparsed table row: %r" % body)
-            continue
-        row = {"size": None, "count": None, "type": None, "redop": None, "root": None}
-        for name, token in zip(lead, tokens):
-            row[name] = _num(token) if name in ("size", "count", "root") else token
-        check = result["check_column"]
-        row["out_of_place"] = _half(tokens[len(lead):len(lead) + 4], check)
-        row["in_place"] = _half(tokens[len(lead) + 4:], check)
-        result["rows"].append(row)
+        _read_row(body, lead, result)
     seen = []
     for dev in result["devices"]:
         if dev["host"] not in seen:
@@ -172,6 +134,62 @@ def parse(text):
     result["hosts"] = seen
     result["ranks"] = len(result["devices"])
     return result
+
+
+def _read_run_line(body, comment, result):
+    """Lines that describe the run (parameters, ranks, NCCL version, out-of-bounds and
+    average bandwidth verdicts). Returns True when ``body`` was one of them."""
+    if "nThread" in comment and "minBytes" in comment:
+        for key, value in _PARAMS.findall(comment):
+            number = _num(value)
+            result["params"][_PARAM_KEYS[key]] = number if number is not None else value
+        return True
+    match = _RANK.search(comment) if comment.startswith("Rank") else None
+    if match:
+        result["devices"].append({
+            "rank": int(match.group(1)),
+            "group": int(match.group(2)) if match.group(2) else None,
+            "pid": int(match.group(3)) if match.group(3) else None,
+            "host": match.group(4), "device": int(match.group(5)), "bus": match.group(6), "name": match.group(7)})
+        return True
+    match = _VERSION.match(body) or _COMPILED.search(body)
+    if match:
+        result["nccl_version"] = match.group(1)
+        return True
+    match = _OOB.search(comment)
+    if match:
+        result["out_of_bounds"] = int(match.group(1))
+        result["out_of_bounds_verdict"] = match.group(2)
+        return True
+    match = _AVG.search(comment)
+    if match:
+        result["avg_busbw"] = float(match.group(1))
+        return True
+    return False
+
+
+def _read_columns(words, result):
+    """The table header: records the columns and the check column; returns the names of
+    the leading columns (size, count, type, redop, root) in their printed order."""
+    result["columns"] = words
+    first_time = words.index("time")
+    result["check_column"] = words[first_time + 3] if len(words) > first_time + 3 else None
+    return [_LEAD_NAMES.get(w, w) for w in words[:first_time]]
+
+
+def _read_row(body, lead, result):
+    """One table row: the leading columns, then the out-of-place and in-place halves."""
+    tokens = body.split()
+    if not lead or len(tokens) != len(lead) + 8:
+        result["errors"].append("unparsed table row: %r" % body)
+        return
+    row = {"size": None, "count": None, "type": None, "redop": None, "root": None}
+    for name, token in zip(lead, tokens):
+        row[name] = _num(token) if name in ("size", "count", "root") else token
+    check = result["check_column"]
+    row["out_of_place"] = _half(tokens[len(lead):len(lead) + 4], check)
+    row["in_place"] = _half(tokens[len(lead) + 4:], check)
+    result["rows"].append(row)
 
 
 def summarize(parsed):
@@ -187,16 +205,16 @@ def summarize(parsed):
     the out-of-bounds verdict is not FAILED and every #wrong count is 0.
     """
     rows = parsed.get("rows", [])
-    halves = [r[h] for r in rows for h in ("out_of_place", "in_place")]
-    busbws = [(h["busbw"], r["size"]) for r in rows for h in (r["out_of_place"], r["in_place"])
-              if isinstance(h["busbw"], (int, float))]
-    wrong = [h["wrong"] for h in halves if h["wrong"] is not None]
-    na = sum(1 for h in halves if h["wrong"] is None and h["check_raw"] == "N/A")
-    errors = [h["error"] for h in halves if h["error"] is not None]
+    halves = [row[half] for row in rows for half in ("out_of_place", "in_place")]
+    busbws = [(half["busbw"], row["size"]) for row in rows for half in (row["out_of_place"], row["in_place"])
+              if isinstance(half["busbw"], (int, float))]
+    wrong = [half["wrong"] for half in halves if half["wrong"] is not None]
+    wrong_na = sum(1 for half in halves if half["wrong"] is None and half["check_raw"] == "N/A")
+    errors = [half["error"] for half in halves if half["error"] is not None]
     if parsed.get("avg_busbw") is not None:
         avg, source = parsed["avg_busbw"], "reported"
     elif busbws:
-        avg, source = sum(b for b, dummy in busbws) / len(busbws), "computed"
+        avg, source = sum(busbw for busbw, dummy in busbws) / len(busbws), "computed"
     else:
         avg, source = None, None
     best = max(busbws, key=lambda item: item[0]) if busbws else (None, None)
@@ -210,7 +228,7 @@ def summarize(parsed):
         "avg_busbw": avg,
         "avg_busbw_source": source,
         "total_wrong": total_wrong,
-        "wrong_na": na,
+        "wrong_na": wrong_na,
         "max_error": max(errors) if errors else None,
         "error": parsed.get("error"),
         "passed": passed,

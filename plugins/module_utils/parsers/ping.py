@@ -59,82 +59,105 @@ def parse(text):
         line = raw.strip()
         if not line:
             continue
-        m = _HEADER.match(line)
-        if m:
-            result.update(platform="linux", target=m.group(1), address=m.group(2),
-                          payload_size=int(m.group(3)), packet_size=int(m.group(4)))
-            continue
-        m = _WIN_HEADER.match(line)
-        if m:
-            result.update(platform="windows", target=m.group(1), address=m.group(2) or m.group(1),
-                          payload_size=int(m.group(3)))
-            continue
-        m = _REPLY.match(line)
-        if m:
-            tail = m.group(6) or ""
-            result["replies"].append({
-                "bytes": int(m.group(1)), "source": m.group(2), "seq": int(m.group(3)),
-                "ttl": int(m.group(4)), "time_ms": float(m.group(5)) if m.group(5) else None,
-                "truncated": "(truncated)" in tail})
-            continue
-        m = _WIN_REPLY.match(line)
-        if m:
-            result["replies"].append({"bytes": int(m.group(2)), "source": m.group(1), "seq": None,
-                                      "ttl": int(m.group(4)), "time_ms": float(m.group(3)),
-                                      "truncated": False})
-            continue
-        m = _FRAG.match(line)
-        if m:
-            result["frag_needed"].append({"source": m.group(1), "seq": int(m.group(2)),
-                                          "mtu": int(m.group(3))})
-            continue
-        m = _LOCAL.match(line)
-        if m:
-            result["local_errors"].append({"message": m.group(1),
-                                           "mtu": int(m.group(2)) if m.group(2) else None})
-            continue
-        m = _SENDMSG.match(line)
-        if m:
-            result["local_errors"].append({"message": "sendmsg: " + m.group(1), "mtu": None})
-            continue
         if line == _WIN_DF:
             result["windows_df_error"] = True
-            continue
-        if line == "^C":
+        elif line == "^C":
             result["interrupted"] = True
+        elif line.startswith("---") and line.endswith("statistics ---"):
             continue
-        m = _STATS.match(line)
-        if m:
-            result["transmitted"], result["received"] = int(m.group(1)), int(m.group(2))
-            result["errors_count"] = int(m.group(3)) if m.group(3) else 0
-            if m.group(4) is not None:
-                result["loss_percent"] = float(m.group(4))
-            elif result["transmitted"]:
-                result["loss_percent"] = 100.0 * (result["transmitted"] - result["received"]) / result["transmitted"]
-            result["time_ms"] = int(m.group(5)) if m.group(5) else None
-            continue
-        m = _RTT.match(line)
-        if m:
-            result["rtt"] = {"min": float(m.group(1)), "avg": float(m.group(2)), "max": float(m.group(3)),
-                             "mdev": float(m.group(4)) if m.group(4) else None}
-            continue
-        if line.startswith("---") and line.endswith("statistics ---"):
-            continue
-        result["unparsed"].append(line)
-    result["truncated"] = any(r["truncated"] for r in result["replies"])
+        elif not _read_line(line, result):
+            result["unparsed"].append(line)
+    result["truncated"] = any(reply["truncated"] for reply in result["replies"])
     _verdict(result)
     return result
 
 
+def _linux_header(match, result):
+    result.update(platform="linux", target=match.group(1), address=match.group(2),
+                  payload_size=int(match.group(3)), packet_size=int(match.group(4)))
+
+
+def _windows_header(match, result):
+    result.update(platform="windows", target=match.group(1), address=match.group(2) or match.group(1),
+                  payload_size=int(match.group(3)))
+
+
+def _linux_reply(match, result):
+    tail = match.group(6) or ""
+    result["replies"].append({
+        "bytes": int(match.group(1)), "source": match.group(2), "seq": int(match.group(3)),
+        "ttl": int(match.group(4)), "time_ms": float(match.group(5)) if match.group(5) else None,
+        "truncated": "(truncated)" in tail})
+
+
+def _windows_reply(match, result):
+    result["replies"].append({"bytes": int(match.group(2)), "source": match.group(1), "seq": None,
+                              "ttl": int(match.group(4)), "time_ms": float(match.group(3)),
+                              "truncated": False})
+
+
+def _frag_needed(match, result):
+    result["frag_needed"].append({"source": match.group(1), "seq": int(match.group(2)),
+                                  "mtu": int(match.group(3))})
+
+
+def _local_error(match, result):
+    result["local_errors"].append({"message": match.group(1),
+                                   "mtu": int(match.group(2)) if match.group(2) else None})
+
+
+def _sendmsg_error(match, result):
+    result["local_errors"].append({"message": "sendmsg: " + match.group(1), "mtu": None})
+
+
+def _statistics(match, result):
+    result["transmitted"], result["received"] = int(match.group(1)), int(match.group(2))
+    result["errors_count"] = int(match.group(3)) if match.group(3) else 0
+    if match.group(4) is not None:
+        result["loss_percent"] = float(match.group(4))
+    elif result["transmitted"]:
+        result["loss_percent"] = 100.0 * (result["transmitted"] - result["received"]) / result["transmitted"]
+    result["time_ms"] = int(match.group(5)) if match.group(5) else None
+
+
+def _round_trip(match, result):
+    result["rtt"] = {"min": float(match.group(1)), "avg": float(match.group(2)), "max": float(match.group(3)),
+                     "mdev": float(match.group(4)) if match.group(4) else None}
+
+
+# Line patterns and what each one records, tried in this order.
+_LINES = (
+    (_HEADER, _linux_header),
+    (_WIN_HEADER, _windows_header),
+    (_REPLY, _linux_reply),
+    (_WIN_REPLY, _windows_reply),
+    (_FRAG, _frag_needed),
+    (_LOCAL, _local_error),
+    (_SENDMSG, _sendmsg_error),
+    (_STATS, _statistics),
+    (_RTT, _round_trip),
+)
+
+
+def _read_line(line, result):
+    """Record one line; returns False when no pattern matches it."""
+    for pattern, record in _LINES:
+        match = pattern.match(line)
+        if match:
+            record(match, result)
+            return True
+    return False
+
+
 def _verdict(result):
-    frag = [f["mtu"] for f in result["frag_needed"]]
-    local = [e["mtu"] for e in result["local_errors"]]
+    frag = [hop["mtu"] for hop in result["frag_needed"]]
+    local = [error["mtu"] for error in result["local_errors"]]
     if frag:
         result["verdict"], result["mtu"] = "frag_needed", min(frag)
     elif result["windows_df_error"]:
         result["verdict"], result["mtu"] = "frag_needed", None
     elif result["local_errors"]:
-        known = [m for m in local if m is not None]
+        known = [mtu for mtu in local if mtu is not None]
         result["verdict"], result["mtu"] = "local_error", (min(known) if known else None)
     elif result["replies"] or (result["received"] or 0) > 0:
         result["verdict"] = "ok"

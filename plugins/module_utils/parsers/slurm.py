@@ -87,12 +87,12 @@ def _job_from(raw):
     if job["state_code"] is None and job["state"]:
         job["state_code"] = _CODE_OF.get(job["state"])
     if job["job_id"]:
-        m = _ARRAY.match(job["job_id"])
-        if m:
-            job["array_job_id"], job["array_task_id"] = m.group(1), m.group(2)
-        m = _HET.match(job["job_id"])
-        if m:
-            job["het_job_id"], job["het_offset"] = m.group(1), int(m.group(2))
+        match = _ARRAY.match(job["job_id"])
+        if match:
+            job["array_job_id"], job["array_task_id"] = match.group(1), match.group(2)
+        match = _HET.match(job["job_id"])
+        if match:
+            job["het_job_id"], job["het_offset"] = match.group(1), int(match.group(2))
     if _null(col.get("ARRAY_JOB_ID")) and job["array_job_id"] is None:
         job["array_job_id"] = _null(col.get("ARRAY_JOB_ID"))
     job["pending"] = job["state"] == "PENDING"
@@ -190,7 +190,7 @@ def parse_scontrol_jobs(text):
 
 def _scontrol_job(fields):
     user = fields.get("UserId", "")
-    m = re.match(r"^(.*?)\((\d+)\)$", user)
+    match = re.match(r"^(.*?)\((\d+)\)$", user)
     tres = {}
     for item in (_null(fields.get("TRES")) or "").split(","):
         if "=" in item:
@@ -200,8 +200,8 @@ def _scontrol_job(fields):
     return {
         "job_id": fields.get("JobId"),
         "name": fields.get("JobName", fields.get("Name")),
-        "user": m.group(1) if m else (user or None),
-        "uid": int(m.group(2)) if m else None,
+        "user": match.group(1) if match else (user or None),
+        "uid": int(match.group(2)) if match else None,
         "state": fields.get("JobState"),
         "reason": None if reason == "None" else reason,
         "priority": _int(fields.get("Priority")),
@@ -248,15 +248,15 @@ def parse_sprio(text):
     if not lines:
         return result
     header = lines[0]
-    spans = [(m.group(0), m.end()) for m in re.finditer(r"\S+", header)]
+    spans = [(match.group(0), match.end()) for match in re.finditer(r"\S+", header)]
     result["columns"] = [name for name, dummy in spans]
     for line in lines[1:]:
         row = {}
-        for m in re.finditer(r"\S+", line):
-            name = min(spans, key=lambda span: abs(span[1] - m.end()))[0]
+        for match in re.finditer(r"\S+", line):
+            name = min(spans, key=lambda span: abs(span[1] - match.end()))[0]
             if name in row:
                 result["errors"].append("two values for %s in %r" % (name, line))
-            row[name] = m.group(0)
+            row[name] = match.group(0)
         if row.get("JOBID") == "Weights":
             result["weights"] = dict((k, _number(v)) for k, v in row.items() if k != "JOBID")
             continue

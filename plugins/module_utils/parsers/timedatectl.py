@@ -79,13 +79,13 @@ def parse_status(text):
         if warning is not None:
             result["warnings"][-1] += " " + line.strip()
             continue
-        m = re.match(r"^\s*([A-Za-z][\w .-]*?):\s+(.*?)\s*$", line)
-        if not m:
+        match = re.match(r"^\s*([A-Za-z][\w .-]*?):\s+(.*?)\s*$", line)
+        if not match:
             if last_key in ("Last DST change", "Next DST change"):
                 continue  # continuation lines of a DST change block
             result["errors"].append("unparsed line: %r" % line)
             continue
-        key, value = m.group(1).strip(), m.group(2)
+        key, value = match.group(1).strip(), match.group(2)
         last_key = key
         if key == "Local time":
             result["local_time"] = value
@@ -184,16 +184,16 @@ def parse_timesync_status(text):
             continue
         key, value = key.strip(), value.strip()
         if key == "Server":
-            m = re.match(r"^(\S+)\s*\((.*)\)$", value)
-            address, name = (m.group(1), m.group(2)) if m else (value, None)
+            match = re.match(r"^(\S+)\s*\((.*)\)$", value)
+            address, name = (match.group(1), match.group(2)) if match else (value, None)
             result["server_address"] = None if address == "(null)" else address
             result["server_name"] = name
         elif key == "Poll interval":
-            m = re.match(r"^(.*?)\s*\(min:\s*(.*?);\s*max\s*(.*?)\)$", value)
-            if m:
-                result["poll_interval_s"] = parse_timespan(m.group(1))
-                result["poll_min_s"] = parse_timespan(m.group(2))
-                result["poll_max_s"] = parse_timespan(m.group(3))
+            match = re.match(r"^(.*?)\s*\(min:\s*(.*?);\s*max\s*(.*?)\)$", value)
+            if match:
+                result["poll_interval_s"] = parse_timespan(match.group(1))
+                result["poll_min_s"] = parse_timespan(match.group(2))
+                result["poll_max_s"] = parse_timespan(match.group(3))
             else:
                 result["poll_interval_s"] = parse_timespan(value)
         elif key == "Leap":
@@ -217,8 +217,8 @@ def parse_timesync_status(text):
         elif key == "Packet count":
             result["packet_count"] = int(value) if value.isdigit() else None
         elif key == "Frequency":
-            m = re.match(r"^([-+]?\d+(?:\.\d+)?)\s*ppm$", value)
-            result["frequency_ppm"] = float(m.group(1)) if m else None
+            match = re.match(r"^([-+]?\d+(?:\.\d+)?)\s*ppm$", value)
+            result["frequency_ppm"] = float(match.group(1)) if match else None
     # a server that answered with a stratum and a leap state other than "not synchronized"
     if result["stratum"] is not None and result["leap"] is not None:
         result["synchronized"] = result["stratum"] > 0 and "not" not in result["leap"]

@@ -63,25 +63,25 @@ def parse(text):
     for line in (text or "").replace("\r\n", "\n").split("\n"):
         if not line.strip():
             continue
-        m = _RESUME.match(line)
-        if m:
-            result["resume"] = {"pmtu": int(m.group(1)),
-                                "hops": int(m.group(2)) if m.group(2) else None,
-                                "back": int(m.group(3)) if m.group(3) else None}
+        match = _RESUME.match(line)
+        if match:
+            result["resume"] = {"pmtu": int(match.group(1)),
+                                "hops": int(match.group(2)) if match.group(2) else None,
+                                "back": int(match.group(3)) if match.group(3) else None}
             continue
-        m = _TOO_MANY.match(line)
-        if m:
+        match = _TOO_MANY.match(line)
+        if match:
             result["too_many_hops"] = True
-            pmtu = int(m.group(1))
+            pmtu = int(match.group(1))
             if current is not None and pmtu != current:
                 result["pmtu_changes"].append({"ttl": None, "pmtu": pmtu})
             current = pmtu
             continue
-        m = _HOP.match(line)
-        if not m:
+        match = _HOP.match(line)
+        if not match:
             result["unparsed"].append(line.strip())
             continue
-        hop = _hop(int(m.group(1)), bool(m.group(2)), m.group(3))
+        hop = _hop(int(match.group(1)), bool(match.group(2)), match.group(3))
         result["hops"].append(hop)
         if hop["pmtu"] is not None:
             if current is None:

@@ -138,8 +138,8 @@ def resolve_pmtu_targets(targets, hosts, name="pmtu_targets"):
             errors.append("%s.id: duplicate id %r" % (where, target["id"]))
         seen.add(target["id"])
         if target.get("min_mtu", 576) > target.get("max_mtu", 1500):
-            errors.append("%s.min_mtu: %d is above max_mtu %d" % (where, target.get("min_mtu", 576),
-                                                                   target.get("max_mtu", 1500)))
+            errors.append("%s.min_mtu: %d is above max_mtu %d"
+                          % (where, target.get("min_mtu", 576), target.get("max_mtu", 1500)))
         address = target.get("address")
         if address is None and "destination" not in target:
             errors.append("%s: needs destination (a path-table host) or address" % where)
@@ -152,6 +152,31 @@ def resolve_pmtu_targets(targets, hosts, name="pmtu_targets"):
     if errors:
         raise s.SchemaError(errors)
     return out
+
+
+# The node facts the matrix reads (the gpu_facts shape, see matrix.normalise): each one value.
+NODE_FACTS = ("hostname", "node", "inventory_hostname", "node_group", "side", "gpu_model", "gpu_count", "gpu_memory_mib",
+              "mig_mode", "driver_version", "cuda_version", "os_id", "os_version_id", "kernel", "image_id",
+              "container_runtime", "agent_version", "kubelet_version")
+NODE_FACT_MAPS = {"gpu": ("model", "count", "memory_mib", "mig_mode"), "os": ("pretty", "pretty_name", "id", "version_id")}
+
+
+def node_facts(facts, where, error):
+    """The gpu and os mappings of one node's facts ({} when absent); raises ``error`` naming
+    ``where`` and the field when one of them is not a mapping (gpu: "A100") or a fact the
+    matrix reads is a list or a mapping."""
+    maps = {}
+    for field, keys in NODE_FACT_MAPS.items():
+        maps[field] = facts.get(field) or {}
+        if not isinstance(maps[field], dict):
+            raise error("%s: %s must be a mapping of %s, got %r%s" % (
+                where, field, ", ".join(keys), facts[field], " (a bare model goes in gpu_model)" if field == "gpu" else ""))
+    values = [(key, facts.get(key)) for key in NODE_FACTS]
+    values += [("%s.%s" % (field, key), maps[field].get(key)) for field, keys in NODE_FACT_MAPS.items() for key in keys]
+    for key, value in values:
+        if isinstance(value, (dict, list)):
+            raise error("%s: %s must be a single value, got %r" % (where, key, value))
+    return maps["gpu"], maps["os"]
 
 
 CHECKS = {

@@ -13,7 +13,7 @@ __metaclass__ = type
 
 import re
 
-from ansible_collections.hybridgpu.fleet.plugins.module_utils.preflight import version_rules as vr
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.preflight import inputs, version_rules
 
 SCHEMA_VERSION = 1
 
@@ -36,7 +36,7 @@ HOLD_REASONS = ("air_gapped", "shared_non_ai_production", "hardware_generation_f
                 "hardware_generation_unknown", "unsigned_boundary")
 
 DEFAULT_CLOUD = {
-    # Seed 003: default OS image Ubuntu 22.04 x86 64-bit, H200 workers.
+    # The managed cloud cluster's default: Ubuntu 22.04 x86 64-bit OS image, H200 workers.
     "name": "cloud",
     "os_image": "Ubuntu 22.04 x86_64",
     "worker_spec": {"gpu_model": "NVIDIA H200", "gpu_count": 8},
@@ -94,8 +94,7 @@ def normalise(facts, index=0):
     name = _first(facts, "hostname", "node", "inventory_hostname")
     if not name:
         raise MatrixError("nodes[%d]: no hostname" % index)
-    gpu = facts.get("gpu") if isinstance(facts.get("gpu"), dict) else {}
-    os_facts = facts.get("os") if isinstance(facts.get("os"), dict) else {}
+    gpu, os_facts = inputs.node_facts(facts, "nodes[%d] (%s)" % (index, name), MatrixError)
     side = facts.get("side") or "owned"
     if side not in ("owned", "cloud"):
         raise MatrixError("nodes[%d] (%s): side %r is not owned or cloud" % (index, name, side))
@@ -116,7 +115,7 @@ def normalise(facts, index=0):
         "gpu_memory_mib": memory,
         "mig_mode": _first(gpu, "mig_mode") or facts.get("mig_mode"),
         "driver_version": driver,
-        "driver_branch": vr.driver_branch(driver),
+        "driver_branch": version_rules.driver_branch(driver),
         "cuda_version": facts.get("cuda_version"),
         "os": _os_key(_first(os_facts, "id") or facts.get("os_id"),
                       _first(os_facts, "version_id") or facts.get("os_version_id")),
@@ -188,7 +187,7 @@ def _declared_cloud_row(cloud):
             "gpu_count": spec.get("gpu_count"),
             "gpu_memory_mib": spec.get("gpu_memory_mib"),
             "mig_mode": spec.get("mig_mode"),
-            "driver_branch": vr.driver_branch(driver),
+            "driver_branch": version_rules.driver_branch(driver),
             "cuda_version": spec.get("cuda_version"),
             "os": os_key,
             "kernel": spec.get("kernel"),
@@ -238,7 +237,7 @@ def build(nodes, cloud=None, job_image_cuda=None, api_server_versions=None,
     for row in rows:
         for name in row["nodes"]:
             by_node[name] = row["id"]
-        arch = vr.gpu_architecture(row["values"]["gpu_model"])
+        arch = version_rules.gpu_architecture(row["values"]["gpu_model"])
         row["architecture"] = arch["architecture"] if arch else None
         row["compute_capability"] = arch["compute_capability"] if arch else None
 
@@ -261,8 +260,8 @@ def build(nodes, cloud=None, job_image_cuda=None, api_server_versions=None,
             row = next(r for r in rows if r["id"] == check["row"])
             violations.append({
                 "rule": check["rule"],
-                "severity": "warning" if check["status"] == "warn" else vr.RULES[check["rule"]]["severity"],
-                "citation": vr.RULES[check["rule"]]["citation"],
+                "severity": "warning" if check["status"] == "warn" else version_rules.RULES[check["rule"]]["severity"],
+                "citation": version_rules.RULES[check["rule"]]["citation"],
                 "rows": [check["row"]],
                 "nodes": list(row["nodes"]),
                 "message": check["message"],
@@ -299,24 +298,24 @@ def _apply_rules(rows, image_cuda, api_versions, cuda_compat, table):
         vals = row["values"]
         if image_cuda is not None:
             # The oldest driver in the row decides.
-            drivers = sorted(row["driver_versions"], key=lambda d: vr.parse_version(d) or ())
-            status, msg = vr.check_cuda_driver(image_cuda, drivers[0] if drivers else None,
-                                               vals["cuda_version"], cuda_compat, table)
+            drivers = sorted(row["driver_versions"], key=lambda d: version_rules.parse_version(d) or ())
+            status, msg = version_rules.check_cuda_driver(image_cuda, drivers[0] if drivers else None,
+                                                          vals["cuda_version"], cuda_compat, table)
             checks.append({"rule": "cuda-driver-minimum", "row": row["id"], "status": status, "message": msg})
         api = api_versions.get(row["side"]) or (cloud_api if row["side"] == "owned" else None)
         if row["side"] == "cloud" and row["source"] == "declared":
             status, msg = "not_evaluated", "declared cloud row: control plane and workers share the chosen version"
         else:
-            status, msg = vr.check_kubelet_skew(vals["agent_version"], api)
+            status, msg = version_rules.check_kubelet_skew(vals["agent_version"], api)
         checks.append({"rule": "kubelet-apiserver-skew", "row": row["id"], "status": status, "message": msg})
         if row["side"] == "owned":
-            status, msg = vr.check_os_match(vals["os"], cloud_os)
+            status, msg = version_rules.check_os_match(vals["os"], cloud_os)
             checks.append({"rule": "os-image-match", "row": row["id"], "status": status, "message": msg})
     return checks
 
 
 def _holds(normal, by_node, cloud_row, markers, boundary_status, max_distance):
-    cloud_arch = vr.gpu_architecture(cloud_row["values"]["gpu_model"])
+    cloud_arch = version_rules.gpu_architecture(cloud_row["values"]["gpu_model"])
     unsigned = boundary_status and boundary_status.get("status") != "signed"
     out = []
     for node in sorted((n for n in normal if n["side"] == "owned"), key=lambda n: n["hostname"]):
@@ -331,7 +330,7 @@ def _holds(normal, by_node, cloud_row, markers, boundary_status, max_distance):
         if mark.get("shared_non_ai_production"):
             reasons.append({"reason": "shared_non_ai_production",
                             "detail": "shared with non-AI production systems"})
-        arch = vr.gpu_architecture(node["gpu_model"])
+        arch = version_rules.gpu_architecture(node["gpu_model"])
         if arch is None or cloud_arch is None:
             reasons.append({"reason": "hardware_generation_unknown",
                             "detail": "GPU architecture of %r or of the cloud row is not known"

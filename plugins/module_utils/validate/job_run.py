@@ -24,7 +24,7 @@ def job_manifest(name, namespace, image, command, args=None, env=None, node_name
     if args:
         container["args"] = list(args)
     if env:
-        container["env"] = [{"name": e["name"], "value": str(e["value"])} for e in env]
+        container["env"] = [{"name": var["name"], "value": str(var["value"])} for var in env]
     if gpus:
         container["resources"] = {"limits": {"nvidia.com/gpu": str(gpus)}}
     pod_spec = {"restartPolicy": "Never", "containers": [container]}
@@ -51,8 +51,8 @@ def job_manifest(name, namespace, image, command, args=None, env=None, node_name
 
 
 def _exit_code(pod):
-    for st in (pod.get("status") or {}).get("containerStatuses") or []:
-        term = (st.get("state") or {}).get("terminated")
+    for status in (pod.get("status") or {}).get("containerStatuses") or []:
+        term = (status.get("state") or {}).get("terminated")
         if term and term.get("exitCode") is not None:
             return term["exitCode"]
     return None

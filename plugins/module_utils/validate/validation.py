@@ -3,7 +3,7 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """The six-step onboarding validation: verdicts as plain, JSON-able dicts.
 
-Pure Python 3 standard library (plus the collection's own nccl parser), so every verdict
+Pure Python 3 standard library (plus the collection's own parsers), so every verdict
 is unit-testable without Ansible, a cluster or a node. Each ``*_verdict`` returns
 ``{"step", "passed", "reasons", ...evidence}``; ``reasons`` is empty when the step passed
 and otherwise says, in words, what differed from what was expected.
@@ -14,6 +14,7 @@ import json
 import re
 
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.parsers import nccl
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.validate.gpu_health import int_or_none, labelled_gpus
 
 SCHEMA_VERSION = 1
 STEPS = ("inventory", "reference_job", "collectives", "placement", "telemetry", "link_interruption")
@@ -43,13 +44,6 @@ def expected_from_matrix_row(row):
     return out
 
 
-def _int_or_none(value):
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        return None
-
-
 def inventory_verdict(node, facts, node_obj, expected, expected_labels=None):
     """Compare what the node reports (gpu_facts over SSH and the Node through the API) with
     the matrix. ``expected``: {gpu_model, gpu_count, gpu_memory_mib}; ``expected_labels``:
@@ -58,8 +52,8 @@ def inventory_verdict(node, facts, node_obj, expected, expected_labels=None):
         raise ValidationError("no matrix row to compare node %s with (expected is empty)" % node)
     facts = facts or {}
     reasons = []
-    observed = {"gpu_model": facts.get("model"), "gpu_count": _int_or_none(facts.get("count")),
-                "gpu_memory_mib": _int_or_none(facts.get("memory_mib"))}
+    observed = {"gpu_model": facts.get("model"), "gpu_count": int_or_none(facts.get("count")),
+                "gpu_memory_mib": int_or_none(facts.get("memory_mib"))}
     differences = []
     for key in ("gpu_model", "gpu_count", "gpu_memory_mib"):
         if key not in expected:
@@ -67,7 +61,7 @@ def inventory_verdict(node, facts, node_obj, expected, expected_labels=None):
         want = expected[key]
         have = observed[key]
         if key != "gpu_model":
-            want = _int_or_none(want)
+            want = int_or_none(want)
         if want != have:
             differences.append({"field": key, "source": "ssh", "expected": want, "observed": have})
     if node_obj is None:
@@ -76,8 +70,8 @@ def inventory_verdict(node, facts, node_obj, expected, expected_labels=None):
         api_gpus = None
     else:
         labels = (node_obj.get("metadata") or {}).get("labels") or {}
-        api_gpus = _int_or_none(((node_obj.get("status") or {}).get("capacity") or {}).get("nvidia.com/gpu"))
-        want = _int_or_none(expected.get("gpu_count"))
+        api_gpus = int_or_none(((node_obj.get("status") or {}).get("capacity") or {}).get("nvidia.com/gpu"))
+        want = int_or_none(expected.get("gpu_count"))
         if want is not None and api_gpus != want:
             differences.append({"field": "gpu_count", "source": "api", "expected": want,
                                 "observed": api_gpus})
@@ -88,12 +82,15 @@ def inventory_verdict(node, facts, node_obj, expected, expected_labels=None):
         if (want is None and key not in labels) or (want is not None and str(want) != have):
             differences.append({"field": "label " + key, "source": "api", "expected": want,
                                 "observed": have})
+    gpu_labels = labelled_gpus(labels if node_obj is not None else None, expected, expected_labels)
+    differences.extend(gpu_labels.pop("differences"))
     for diff in differences:
-        reasons.append("%s (%s): expected %s, observed %s" % (diff["field"], diff["source"],
+        source = diff["source"] if diff["source"] != "labels" else "labels on node %s" % node
+        reasons.append("%s (%s): expected %s, observed %s" % (diff["field"], source,
                                                               diff["expected"], diff["observed"]))
     return _verdict("inventory", reasons, node=node, expected=dict(expected),
                     expected_labels=dict(expected_labels or {}), observed=observed,
-                    api_gpu_capacity=api_gpus, differences=differences)
+                    api_gpu_capacity=api_gpus, gpu_labels=gpu_labels, differences=differences)
 
 
 # -- step 2: reference job ---------------------------------------------------------------
@@ -132,19 +129,19 @@ def reference_verdict(owned, cloud, compare="checksum", tolerance=1e-6):
     if compare not in ("checksum", "metric"):
         raise ValidationError("compare must be checksum or metric, got %r" % compare)
     reasons = []
-    a, b = owned["result"], cloud["result"]
+    owned_result, cloud_result = owned["result"], cloud["result"]
     for key in ("seed", "samples", "features", "steps", "lr", "precision"):
-        if a.get(key) != b.get(key):
-            reasons.append("input %s differs: %s on %s, %s on %s" % (key, a.get(key), owned["node"],
-                                                                     b.get(key), cloud["node"]))
+        if owned_result.get(key) != cloud_result.get(key):
+            reasons.append("input %s differs: %s on %s, %s on %s" % (key, owned_result.get(key), owned["node"],
+                                                                     cloud_result.get(key), cloud["node"]))
     if owned.get("image") != cloud.get("image"):
         reasons.append("image differs: %s vs %s" % (owned.get("image"), cloud.get("image")))
-    loss_a, loss_b = float(a["loss"]), float(b["loss"])
+    loss_a, loss_b = float(owned_result["loss"]), float(cloud_result["loss"])
     rel = abs(loss_a - loss_b) / max(abs(loss_b), 1e-12)
-    same_checksum = a.get("checksum") == b.get("checksum")
+    same_checksum = owned_result.get("checksum") == cloud_result.get("checksum")
     if compare == "checksum" and not same_checksum:
-        reasons.append("checksum differs: %s on %s, %s on %s" % (a.get("checksum"), owned["node"],
-                                                                 b.get("checksum"), cloud["node"]))
+        reasons.append("checksum differs: %s on %s, %s on %s" % (owned_result.get("checksum"), owned["node"],
+                                                                 cloud_result.get("checksum"), cloud["node"]))
     if compare == "metric" and rel > tolerance:
         reasons.append("loss differs by %.3g (relative), above tolerance %.3g: %.9g on %s, %.9g on %s"
                        % (rel, tolerance, loss_a, owned["node"], loss_b, cloud["node"]))
@@ -170,11 +167,11 @@ def baseline_from_summaries(summaries, margin=0.10):
     if not summaries:
         raise ValidationError("no NCCL runs to build a baseline from")
     values = []
-    for i, s in enumerate(summaries):
-        if not s.get("passed") or s.get("avg_busbw") is None:
+    for i, summary in enumerate(summaries):
+        if not summary.get("passed") or summary.get("avg_busbw") is None:
             raise ValidationError("baseline run %d did not pass (wrong=%s, error=%s)"
-                                  % (i, s.get("total_wrong"), s.get("error")))
-        values.append(float(s["avg_busbw"]))
+                                  % (i, summary.get("total_wrong"), summary.get("error")))
+        values.append(float(summary["avg_busbw"]))
     return {"metric": "avg_busbw_gbps", "low": round(min(values) * (1 - margin), 3),
             "high": round(max(values) * (1 + margin), 3), "measured": values, "margin": margin}
 
@@ -241,9 +238,11 @@ def placement_verdict(runs, node_sides):
 
 # -- step 5: telemetry -------------------------------------------------------------------
 
-def telemetry_verdict(series_nodes, owned, cloud, existing_nodes, alerts, alert_name, fault_node):
+def telemetry_verdict(series_nodes, owned, cloud, existing_nodes, alerts, alert_name, fault_node,
+                      exporter=None, diag=None):
     """series_nodes: nodes with GPU metrics in the shared Prometheus; existing_nodes: nodes
-    the existing monitoring job still scrapes; alerts: /api/v1/alerts entries."""
+    the existing monitoring job still scrapes; alerts: /api/v1/alerts entries; exporter: the
+    node's exporter_verdict; diag: the node's diag_verdict (both optional)."""
     reasons = []
     missing = sorted((set(owned) | set(cloud)) - set(series_nodes))
     if missing:
@@ -255,9 +254,14 @@ def telemetry_verdict(series_nodes, owned, cloud, existing_nodes, alerts, alert_
              and a.get("state") == "firing" and fault_node in _alert_nodes(a)]
     if fault_node and not fired:
         reasons.append("alert %s did not fire for %s" % (alert_name, fault_node))
+    evidence = {}
+    for key, part in (("exporter", exporter), ("dcgm_diag", diag)):
+        if part is not None:
+            reasons.extend(part["reasons"])
+            evidence[key] = part
     return _verdict("telemetry", reasons, gpu_metric_nodes=sorted(series_nodes),
                     existing_monitoring_nodes=sorted(existing_nodes), alert=alert_name,
-                    fault_node=fault_node, fired=fired)
+                    fault_node=fault_node, fired=fired, **evidence)
 
 
 def _alert_nodes(alert):

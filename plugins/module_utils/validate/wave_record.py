@@ -15,6 +15,7 @@ import os
 
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import files
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import records
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.common.records import PAGE_CSS, css_class, html_text
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.validate.validation import record_filename
 
 SCHEMA_VERSION = 1
@@ -74,54 +75,53 @@ def build_wave_record(wave, group, node_records, stages=None, run=None):
 
 def render_wave_html(record, node_records=None):
     """Self-contained page: inline CSS, no scripts; links to the per-node JSON files next to it."""
-    e, cls = records._e, records._cls
     by_node = dict((r["node"], r) for r in node_records or [])
     out = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
-           "<title>Wave %s: onboarding and validation</title>" % e(record["wave"]),
-           "<style>%s</style></head><body>" % records._CSS,
-           "<h1>Wave %s: onboarding and validation</h1>" % e(record["wave"]),
+           "<title>Wave %s: onboarding and validation</title>" % html_text(record["wave"]),
+           "<style>%s</style></head><body>" % PAGE_CSS,
+           "<h1>Wave %s: onboarding and validation</h1>" % html_text(record["wave"]),
            "<p>Group %s &middot; verdict <span class=\"%s\">%s</span></p>" % (
-               e(record.get("group")), "pass" if record["passed"] else "fail",
+               html_text(record.get("group")), "pass" if record["passed"] else "fail",
                "passed" if record["passed"] else "failed"),
-           "<p><small>run %s</small></p>" % e(", ".join("%s=%s" % (k, record["run"][k]) for k in sorted(record["run"]))),
+           "<p><small>run %s</small></p>" % html_text(", ".join("%s=%s" % (k, record["run"][k]) for k in sorted(record["run"]))),
            "<h2>Stages</h2><table><tr><th>Stage</th><th>Status</th><th>Detail</th></tr>"]
     for name in ("preflight", "onboard", "validate"):
-        st = record["stages"].get(name)
-        if st is None:
+        stage = record["stages"].get(name)
+        if stage is None:
             continue
         out.append("<tr><td>%s</td><td class=\"%s\">%s</td><td>%s</td></tr>" % (
-            e(name), "pass" if st.get("status") == "passed" else "fail", e(st.get("status")),
-            e(st.get("detail"))))
+            html_text(name), "pass" if stage.get("status") == "passed" else "fail", html_text(stage.get("status")),
+            html_text(stage.get("detail"))))
     out.append("</table><h2>Nodes</h2><table><tr><th>Node</th><th>Side</th><th>Group</th>"
                "<th>Verdict</th><th>Steps</th><th>Reasons</th><th>Record</th></tr>")
     for node in record["nodes"]:
-        steps = " ".join('<span class="%s">%s</span>' % ("pass" if ok else "fail", e(step))
+        steps = " ".join('<span class="%s">%s</span>' % ("pass" if ok else "fail", html_text(step))
                          for step, ok in sorted(node["steps"].items()))
         reasons = []
         for step in (by_node.get(node["node"]) or {}).get("steps", []):
             reasons.extend("%s: %s" % (step["step"], r) for r in step.get("reasons", []))
         out.append("<tr><td>%s</td><td>%s</td><td>%s</td><td class=\"%s\">%s</td><td>%s</td>"
                    "<td>%s</td><td><a href=\"%s\">%s</a></td></tr>" % (
-                       e(node["node"]), e(node["side"]), e(node["node_group"]),
+                       html_text(node["node"]), html_text(node["side"]), html_text(node["node_group"]),
                        "pass" if node["passed"] else "fail", "passed" if node["passed"] else "failed",
-                       steps, "<br>".join(e(r) for r in reasons) or "&mdash;",
-                       e(node["record"]), e(node["record"])))
+                       steps, "<br>".join(html_text(r) for r in reasons) or "&mdash;",
+                       html_text(node["record"]), html_text(node["record"])))
     if not record["nodes"]:
         out.append('<tr><td colspan="7" class="fail">no node was validated</td></tr>')
     out.append("</table>")
     for node in record["nodes"]:
-        rec = by_node.get(node["node"])
-        if not rec:
+        node_record = by_node.get(node["node"])
+        if not node_record:
             continue
         out.append("<h3 id=\"%s\">%s</h3><table><tr><th>Step</th><th>Verdict</th><th>Evidence</th></tr>"
-                   % (cls(node["node"]), e(node["node"])))
-        for step in rec.get("steps", []):
+                   % (css_class(node["node"]), html_text(node["node"])))
+        for step in node_record.get("steps", []):
             keep = dict((k, val) for k, val in step.items()
                         if k not in ("step", "passed", "reasons", "owned", "cloud", "runs", "fired"))
             out.append("<tr><td>%s</td><td class=\"%s\">%s</td><td><small>%s</small></td></tr>" % (
-                e(step["step"]), "pass" if step["passed"] else "fail",
+                html_text(step["step"]), "pass" if step["passed"] else "fail",
                 "passed" if step["passed"] else "failed",
-                e(json.dumps(keep, sort_keys=True, default=str))))
+                html_text(json.dumps(keep, sort_keys=True, default=str))))
         out.append("</table>")
     out.append("</body></html>\n")
     return "\n".join(out)

@@ -19,10 +19,16 @@ def main(argv=None):
     p.add_argument("--token-file", required=True,
                    help='static tokens, kube-apiserver format: token,user,uid,"g1,g2"')
     p.add_argument("--rules-file", help="optional RBAC-lite YAML rules for other users")
-    p.add_argument("--node-grace", type=float, default=20.0,
+    p.add_argument("--node-grace", type=float, default=40.0,
                    help="seconds without heartbeat before a Node goes Ready=Unknown")
     p.add_argument("--version", default="v1.30.4", help="gitVersion served on /version")
     p.add_argument("--log-file", help="append one line per request here (default: stderr)")
+    p.add_argument("--client-ca-file", help="CA that client certificates are verified against "
+                   "(also published in kube-public/cluster-info)")
+    p.add_argument("--cluster-signing-cert-file", help="CA certificate that signs approved kubelet CSRs")
+    p.add_argument("--cluster-signing-key-file", help="its key")
+    p.add_argument("--cluster-signing-duration", type=float, default=365 * 24 * 3600,
+                   help="longest certificate lifetime in seconds (default one year)")
     args = p.parse_args(argv)
 
     logging.basicConfig(level=logging.INFO if not args.log_file else logging.WARNING,
@@ -30,7 +36,10 @@ def main(argv=None):
     try:
         srv = serve(args.cluster, args.bind, args.port, args.cert, args.key, args.token_file,
                     node_grace=args.node_grace, version=args.version, log_file=args.log_file,
-                    rules_file=args.rules_file)
+                    rules_file=args.rules_file, client_ca=args.client_ca_file,
+                    signing_cert=args.cluster_signing_cert_file,
+                    signing_key=args.cluster_signing_key_file,
+                    signing_duration=args.cluster_signing_duration)
     except OSError as exc:
         print("k8s_emulator: cannot start %s: %s" % (args.cluster, exc), file=sys.stderr)
         return 1

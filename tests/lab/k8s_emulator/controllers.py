@@ -1,11 +1,13 @@
-"""Background controllers: scheduler, Job controller, node lifecycle, PDB status, garbage
-collection. One thread, one pass every `tick` seconds (and on every write), under the store lock."""
+"""Background controllers: scheduler, Job controller, DaemonSet controller (daemonsets.py), node
+lifecycle (nodehealth.py), PDB status, garbage collection (lifecycle.py) and pod GC.
+One thread, one pass every `tick` seconds (and on every write), under the store lock."""
 import copy
 import logging
 import math
 import threading
 import time
 
+from . import daemonsets, lifecycle, nodehealth
 from .resources import BY_PLURAL
 from .selectors import SelectorError, label_selector_from_object, labels_match
 from .store import ApiError, now_rfc3339, parse_time, random_suffix
@@ -13,10 +15,9 @@ from .store import ApiError, now_rfc3339, parse_time, random_suffix
 log = logging.getLogger("k8s_emulator")
 GPU = "nvidia.com/gpu"
 TERMINAL = ("Succeeded", "Failed")
-UNREACHABLE_TAINTS = [{"key": "node.kubernetes.io/unreachable", "effect": "NoSchedule"},
-                      {"key": "node.kubernetes.io/unreachable", "effect": "NoExecute"}]
 PODS, NODES, JOBS = BY_PLURAL["pods"], BY_PLURAL["nodes"], BY_PLURAL["jobs"]
 PDBS = BY_PLURAL["poddisruptionbudgets"]
+_EVICTED = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}
 
 
 def _cond(obj, ctype):
@@ -125,11 +126,18 @@ def affinity_matches(pod, node):
     return False
 
 
-def pod_healthy(pod):
-    if (pod.get("status") or {}).get("phase") != "Running":
-        return False
+def pod_ready(pod):
     ready = _cond(pod, "Ready")
-    return ready is None or ready.get("status") == "True"
+    return bool(ready and ready.get("status") == "True")
+
+
+def pod_healthy(pod):
+    """As the disruption controller counts: Ready=True and not being deleted."""
+    return pod_ready(pod) and not pod["metadata"].get("deletionTimestamp")
+
+
+def terminating(pod):
+    return bool(pod["metadata"].get("deletionTimestamp"))
 
 
 def pdb_numbers(store, pdb):
@@ -160,12 +168,24 @@ def pdb_numbers(store, pdb):
     return expected, healthy, desired, max(0, healthy - desired)
 
 
-def evict(store, ns, name, body):
-    """The pods/eviction subresource (policy/v1 Eviction)."""
+def _budget_refusal(message):
+    return ApiError(429, "TooManyRequests",
+                    "Cannot evict pod as it would violate the pod's disruption budget.",
+                    {"causes": [{"reason": "DisruptionBudget", "message": message}]})
+
+
+def evict(store, ns, name, body, dry_run=False):
+    """The pods/eviction subresource (policy/v1 Eviction), as pkg/registry/core/pod/storage/
+    eviction.go: pods that are Pending, finished or already being deleted go without a budget
+    check; otherwise the one matching PDB's *status* decides (429 while its observedGeneration
+    lags or disruptionsAllowed is 0; an unready pod may go while the budget is met). Allowed
+    evictions decrement disruptionsAllowed and delete the pod gracefully. With dry_run the
+    answer is the same and nothing changes."""
     with store.lock:
         pod = store.get(PODS, ns, name)
         phase = (pod.get("status") or {}).get("phase")
-        if phase not in TERMINAL + ("Pending",):
+        grace = ((body or {}).get("deleteOptions") or {}).get("gracePeriodSeconds")
+        if phase not in TERMINAL + ("Pending",) and not terminating(pod):
             matching = []
             for pdb in store.items("poddisruptionbudgets", ns):
                 try:
@@ -180,30 +200,39 @@ def evict(store, ns, name, body):
                                "support.")
             if matching:
                 pdb = matching[0]
-                expected, healthy, desired, allowed = pdb_numbers(store, pdb)
-                if allowed < 1:
-                    raise ApiError(
-                        429, "TooManyRequests",
-                        "Cannot evict pod as it would violate the pod's disruption budget.",
-                        {"causes": [{"reason": "DisruptionBudget",
-                                     "message": "The disruption budget %s needs %d healthy pods "
-                                                "and has %d currently"
-                                                % (pdb["metadata"]["name"], desired, healthy)}]})
-                updated = copy.deepcopy(pdb)
-                st = updated.setdefault("status", {})
-                st.update({"expectedPods": expected, "currentHealthy": healthy - 1,
-                           "desiredHealthy": desired, "disruptionsAllowed": allowed - 1})
-                st.setdefault("disruptedPods", {})[name] = now_rfc3339()
-                store.put_internal(PDBS, updated)
-        store.delete_internal(PODS, store.objects["pods"][(ns, name)])
-    return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
-            "code": 201}
+                st = pdb.get("status") or {}
+                pname = pdb["metadata"]["name"]
+                if int(st.get("observedGeneration") or 0) < int(pdb["metadata"].get("generation") or 1):
+                    raise _budget_refusal("The disruption budget %s is still being processed by the server." % pname)
+                allowed = int(st.get("disruptionsAllowed") or 0)
+                healthy, desired = int(st.get("currentHealthy") or 0), int(st.get("desiredHealthy") or 0)
+                policy = (pdb.get("spec") or {}).get("unhealthyPodEvictionPolicy") or "IfHealthyBudget"
+                unready_ok = not pod_ready(pod) and (policy == "AlwaysAllow" or (healthy >= desired and desired > 0))
+                if not unready_ok:
+                    if allowed < 1:
+                        raise _budget_refusal("The disruption budget %s needs %d healthy pods and has %d currently"
+                                              % (pname, desired, healthy))
+                    if not dry_run:
+                        updated = copy.deepcopy(pdb)
+                        ust = updated.setdefault("status", {})
+                        ust["disruptionsAllowed"] = allowed - 1
+                        ust.setdefault("disruptedPods", {})[name] = now_rfc3339()
+                        store.put_internal(PDBS, updated)
+        if dry_run:
+            return dict(_EVICTED)
+        lifecycle.delete(store, PODS, store.objects["pods"][(ns, name)], grace=grace)
+    return dict(_EVICTED)
 
 
 class Controllers:
-    def __init__(self, store, node_grace=20.0, tick=0.2):
+    def __init__(self, store, node_grace=40.0, tick=0.2, pdb_lag=0.2, confirm_pod_deletion=False):
         self.store = store
         self.node_grace = float(node_grace)
+        self.health = nodehealth.NodeHealth(self.node_grace)
+        self.pdb_lag = float(pdb_lag)
+        self._pdb_dirty = {}  # pdb uid -> server time its status first lagged
+        # Tests without any kubelet: confirm a Terminating pod at once, as its kubelet would.
+        self.confirm_pod_deletion = confirm_pod_deletion
         self.tick = tick
         self._stop = threading.Event()
         self._thread = None
@@ -236,60 +265,44 @@ class Controllers:
             self.node_lifecycle()
             self.garbage_collect()
             self.jobs()
+            daemonsets.sync(self.store)
             self.schedule()
             self.pdb_status()
 
     # ---- node lifecycle ----
     def node_lifecycle(self):
-        now = time.time()
-        leases = {l["metadata"]["name"]: l for l in self.store.items("leases", "kube-node-lease")}
-        for node in self.store.items("nodes"):
-            ready = _cond(node, "Ready")
-            last = parse_time((ready or {}).get("lastHeartbeatTime")) or \
-                parse_time(node["metadata"].get("creationTimestamp")) or now
-            lease = leases.get(node["metadata"]["name"])
-            if lease:
-                last = max(last, parse_time((lease.get("spec") or {}).get("renewTime")) or 0)
-            stale = now - last > self.node_grace
-            taints = (node.get("spec") or {}).get("taints") or []
-            if stale and (ready is None or ready.get("status") != "Unknown"):
-                new = copy.deepcopy(node)
-                _set_cond(new, "Ready", "Unknown", "NodeStatusUnknown",
-                          "Kubelet stopped posting node status.")
-                c = _cond(new, "Ready")
-                c["lastHeartbeatTime"] = (ready or {}).get("lastHeartbeatTime") or \
-                    node["metadata"]["creationTimestamp"]
-                for t in UNREACHABLE_TAINTS:
-                    if not any(x.get("key") == t["key"] and x.get("effect") == t["effect"]
-                               for x in taints):
-                        new.setdefault("spec", {}).setdefault("taints", []).append(
-                            dict(t, timeAdded=now_rfc3339()))
-                self.store.put_internal(NODES, new)
-            elif not stale and ready and ready.get("status") == "True" and any(
-                    t.get("key") == "node.kubernetes.io/unreachable" for t in taints):
-                new = copy.deepcopy(node)
-                new["spec"]["taints"] = [t for t in taints
-                                         if t.get("key") != "node.kubernetes.io/unreachable"]
-                if not new["spec"]["taints"]:
-                    del new["spec"]["taints"]
-                self.store.put_internal(NODES, new)
+        self.health.sync(self.store)
 
     # ---- garbage collection ----
     def garbage_collect(self):
-        uids = set()
-        for objs in self.store.objects.values():
-            for o in objs.values():
-                uids.add(o["metadata"]["uid"])
-        nodes = {n["metadata"]["name"] for n in self.store.items("nodes")}
-        for plural, objs in self.store.objects.items():
-            for obj in list(objs.values()):
-                refs = obj["metadata"].get("ownerReferences") or []
-                if refs and not any(r.get("uid") in uids for r in refs):
-                    self.store.delete_internal(BY_PLURAL[plural], obj)
-        # Pods bound to a Node that no longer exists are deleted (like PodGC).
+        lifecycle.collect(self.store)
+        self.pod_gc()
+
+    def pod_gc(self):
+        """Force-delete (grace 0) pods whose kubelet will never confirm, like PodGC
+        (pkg/controller/podgc): pods bound to a Node that no longer exists, and Terminating pods
+        on a Node tainted node.kubernetes.io/out-of-service that is not Ready. Simplified: a
+        Terminating pod on a Node that is not Ready (Unknown after the node grace, or False) also
+        goes once its deletionTimestamp has passed, so a node that is cut off or gone does not
+        leave Terminating pods behind for ever (upstream they stay until the kubelet returns)."""
+        nodes = {n["metadata"]["name"]: n for n in self.store.items("nodes")}
+        now = time.time()
         for pod in self.store.items("pods"):
             bound = (pod.get("spec") or {}).get("nodeName")
-            if bound and bound not in nodes:
+            if not bound:
+                continue
+            node = nodes.get(bound)
+            if node is None:
+                self.store.delete_internal(PODS, pod)
+                continue
+            if not terminating(pod) or pod["metadata"].get("finalizers"):
+                continue
+            if self.confirm_pod_deletion:
+                self.store.delete_internal(PODS, pod)
+            elif not node_ready(node) and (
+                    any(t.get("key") == "node.kubernetes.io/out-of-service"
+                        for t in (node.get("spec") or {}).get("taints") or [])
+                    or now >= (parse_time(pod["metadata"]["deletionTimestamp"]) or 0)):
                 self.store.delete_internal(PODS, pod)
 
     # ---- scheduler ----
@@ -303,7 +316,8 @@ class Controllers:
                 used[bound] = used.get(bound, 0) + pod_gpu_request(p)
         for pod in pods:
             spec = pod.get("spec") or {}
-            if spec.get("nodeName") or (pod.get("status") or {}).get("phase") in TERMINAL:
+            if spec.get("nodeName") or (pod.get("status") or {}).get("phase") in TERMINAL \
+                    or terminating(pod):
                 continue
             if spec.get("schedulerName", "default-scheduler") != "default-scheduler":
                 continue
@@ -359,7 +373,8 @@ class Controllers:
     # ---- Job controller ----
     def jobs(self):
         for job in self.store.items("jobs"):
-            self._sync_job(job)
+            if not job["metadata"].get("deletionTimestamp"):  # a Job being deleted gets no new pods
+                self._sync_job(job)
 
     def _sync_job(self, job):
         store = self.store
@@ -376,11 +391,14 @@ class Controllers:
                 if any(r.get("uid") == uid for r in p["metadata"].get("ownerReferences") or [])]
         for p in pods:
             phase = (p.get("status") or {}).get("phase")
+            if terminating(p):
+                continue  # deleted while active: replaced, not counted
             if phase == "Succeeded":
                 seen["succeeded"].add(p["metadata"]["uid"])
             elif phase == "Failed":
                 seen["failed"].add(p["metadata"]["uid"])
-        active = [p for p in pods if (p.get("status") or {}).get("phase") not in TERMINAL]
+        active = [p for p in pods if (p.get("status") or {}).get("phase") not in TERMINAL and not terminating(p)]
+        gone = sum(1 for p in pods if terminating(p) and (p.get("status") or {}).get("phase") not in TERMINAL)
         succeeded, failed = len(seen["succeeded"]), len(seen["failed"])
         completions = spec.get("completions")
         completions = 1 if completions is None else int(completions)
@@ -392,7 +410,7 @@ class Controllers:
         if failed > backoff:
             finished = "Failed"
             for p in active:
-                store.delete_internal(PODS, p)
+                lifecycle.delete(store, PODS, p)
             active = []
             _set_cond(new, "FailureTarget", "True", "BackoffLimitExceeded",
                       "Job has reached the specified backoff limit")
@@ -401,7 +419,7 @@ class Controllers:
         elif succeeded >= completions:
             finished = "Complete"
             for p in active:
-                store.delete_internal(PODS, p)
+                lifecycle.delete(store, PODS, p)
             active = []
             _set_cond(new, "SuccessCriteriaMet", "True", "CompletionsReached",
                       "Reached expected number of succeeded pods")
@@ -410,7 +428,7 @@ class Controllers:
             nst["completionTime"] = now_rfc3339()
         elif spec.get("suspend"):
             for p in active:
-                store.delete_internal(PODS, p)
+                lifecycle.delete(store, PODS, p)
             active = []
             _set_cond(new, "Suspended", "True", "JobSuspended", "Job suspended")
             nst.pop("startTime", None)
@@ -425,13 +443,13 @@ class Controllers:
                     active.append(self._create_job_pod(job))
             elif len(active) > want:
                 for p in active[want:]:
-                    store.delete_internal(PODS, p)
+                    lifecycle.delete(store, PODS, p)
                 active = active[:want]
         nst["active"] = len(active)
         nst["succeeded"] = succeeded
         nst["failed"] = failed
         nst["ready"] = sum(1 for p in active if pod_healthy(p))
-        nst["terminating"] = 0
+        nst["terminating"] = gone
         for key in ("active", "succeeded", "failed", "ready"):
             if not nst[key] and key != "ready":
                 nst.pop(key)
@@ -465,7 +483,13 @@ class Controllers:
 
     # ---- PodDisruptionBudget status ----
     def pdb_status(self):
+        """The disruption controller; its status trails a PDB or pod change by `pdb_lag`
+        seconds (evictions meanwhile see the old status, or 429 while observedGeneration lags)."""
+        now = time.monotonic()
+        seen = set()
         for pdb in self.store.items("poddisruptionbudgets"):
+            uid = pdb["metadata"]["uid"]
+            seen.add(uid)
             expected, healthy, desired, allowed = pdb_numbers(self.store, pdb)
             new = copy.deepcopy(pdb)
             st = new.setdefault("status", {})
@@ -477,5 +501,12 @@ class Controllers:
                 _set_cond(new, "DisruptionAllowed", "True", "SufficientPods", "", full=True)
             else:
                 _set_cond(new, "DisruptionAllowed", "False", "InsufficientPods", "", full=True)
-            if new != pdb:
+            if new == pdb:
+                self._pdb_dirty.pop(uid, None)
+                continue
+            since = self._pdb_dirty.setdefault(uid, now)
+            if now - since >= self.pdb_lag:
+                self._pdb_dirty.pop(uid, None)
                 self.store.put_internal(PDBS, new)
+        for uid in set(self._pdb_dirty) - seen:
+            del self._pdb_dirty[uid]

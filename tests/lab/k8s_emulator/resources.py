@@ -42,8 +42,11 @@ RESOURCES = [
     Resource("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", True, ["pdb"],
              ["status"]),
     Resource("coordination.k8s.io", "v1", "leases", "Lease", True, has_status=False),
+    Resource("apps", "v1", "daemonsets", "DaemonSet", True, ["ds"], ["status"]),
     # Object-count quota only (spec.hard "count/<plural>[.<group>]"), checked on create.
     Resource("", "v1", "resourcequotas", "ResourceQuota", True, ["quota"], ["status"]),
+    Resource("certificates.k8s.io", "v1", "certificatesigningrequests", "CertificateSigningRequest", False,
+             ["csr"], ["status", "approval"], field_labels=["spec.signerName"]),
 ]
 
 BY_PATH = {(r.group, r.version, r.plural): r for r in RESOURCES}
@@ -55,8 +58,9 @@ for _r in RESOURCES:
 
 
 def _subresource_entry(res, sub):
-    kinds = {"status": res.kind, "log": "Pod", "eviction": "Eviction"}
-    verbs = {"status": ["get", "patch", "update"], "log": ["get"], "eviction": ["create"]}
+    kinds = {"status": res.kind, "log": "Pod", "eviction": "Eviction", "approval": res.kind}
+    verbs = {"status": ["get", "patch", "update"], "log": ["get"], "eviction": ["create"],
+             "approval": ["get", "patch", "update"]}
     entry = {"name": "%s/%s" % (res.plural, sub), "singularName": "", "namespaced": res.namespaced,
              "kind": kinds[sub], "verbs": verbs[sub]}
     if sub == "eviction":

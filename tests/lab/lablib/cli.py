@@ -39,7 +39,7 @@ def up(args):
             nodes.wait_booted(n)
     step("nodes", start_all)
     step("inventory", inventory.write)
-    # overflow (issue 6): the Slurm site scheduler and the cloud storage host
+    # overflow: the Slurm site scheduler and the cloud storage host
     step("slurm + storage", lambda: (storage.ensure(ref), slurm.ensure(ref)))
     if not args.no_packages:
         step("node packages", lambda: [packages.ensure_node_packages(n, repo_changed) for n in config.NODES])

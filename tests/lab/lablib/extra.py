@@ -1,9 +1,11 @@
-"""Lab hosts that are not GPU nodes: shared helpers for site-sched (Slurm) and cloud-storage."""
+"""Lab hosts that are not GPU nodes: shared helpers for site-sched (Slurm) and cloud-storage.
+
+Their host keys go into the lab's known_hosts like the nodes' (nodes.record_host_keys)."""
 import json
 import os
 
 from . import config
-from .nodes import key_path, ssh_ok
+from .nodes import key_path, record_host_keys, ssh_ok
 from .util import LabError, log, run, wait_for
 
 
@@ -38,6 +40,7 @@ def ensure_container(host, image, extra_args=()):
                                               check=False, timeout=20).stdout.strip() in ("running", "degraded"),
              120)
     wait_for("sshd on %s (%s)" % (name, host["ip"]), lambda: ssh_ok(host), 60)
+    record_host_keys(host)
     return state
 
 

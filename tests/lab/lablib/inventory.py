@@ -44,7 +44,7 @@ def render():
         for group, nodes in by_group.items():
             if nodes[0]["role"] == role:
                 lines += ["        %s:" % group] + hosts(nodes, 10)
-    # overflow (issue 6): Slurm controller and the "cloud storage" host (not GPU nodes)
+    # overflow: Slurm controller and the "cloud storage" host (not GPU nodes)
     from . import slurm, storage
     for group, h in (("slurm_controller", slurm.HOST), ("cloud_storage", storage.HOST)):
         lines += ["    %s:" % group, "      hosts:", "        %s:" % h["name"],

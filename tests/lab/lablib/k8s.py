@@ -134,7 +134,8 @@ def api(cluster, method, path, token=None, body=None, timeout=5, host=None):
     req.add_header("Authorization", "Bearer " + (token or tokens(cluster)["admin"]))
     req.add_header("Accept", "application/json")
     if data is not None:
-        req.add_header("Content-Type", "application/json")
+        # A PATCH body is a JSON merge patch; kube-apiserver answers 415 to plain JSON there.
+        req.add_header("Content-Type", "application/merge-patch+json" if method == "PATCH" else "application/json")
     try:
         with urllib.request.urlopen(req, context=_ctx(), timeout=timeout) as resp:
             status, raw = resp.status, resp.read()

@@ -1,4 +1,9 @@
-"""Network, SSH key and node containers."""
+"""Network, SSH key and node containers.
+
+Every lab host's SSH host keys go into .lab/ssh/known_hosts (`<ip> <type> <key>` lines, rewritten
+when a host boots), read inside the container rather than over the network: the file a site would
+hand out. The collection's own SSH connections check host keys against it (the lab inventory
+passes it as known_hosts, revoke_known_hosts and node_removal_known_hosts)."""
 import json
 import os
 
@@ -60,6 +65,30 @@ def write_ssh_config():
                   "  StrictHostKeyChecking no", "  UserKnownHostsFile /dev/null",
                   "  LogLevel ERROR", ""]
     write_if_changed(config.path("ssh", "config"), "\n".join(lines), 0o600)
+
+
+def known_hosts_path():
+    return config.path("ssh", "known_hosts")
+
+
+def record_host_keys(host):
+    """Put the host's public host keys (read inside the container, not over the network) into the
+    lab's known_hosts, replacing the lines of its address."""
+    res = run(["podman", "exec", host["name"], "sh", "-c", "cat /etc/ssh/ssh_host_*_key.pub"], timeout=20)
+    keys = []
+    for line in res.stdout.splitlines():
+        parts = line.split()
+        if len(parts) >= 2 and parts[0].startswith(("ssh-", "ecdsa-")):
+            keys.append("%s %s %s" % (host["ip"], parts[0], parts[1]))
+    if not keys:
+        raise LabError("%s has no SSH host keys in /etc/ssh" % host["name"])
+    path = known_hosts_path()
+    os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+    kept = []
+    if os.path.exists(path):
+        with open(path) as fh:
+            kept = [ln.rstrip("\n") for ln in fh if ln.strip() and ln.split()[0] != host["ip"]]
+    return write_if_changed(path, "\n".join(kept + keys) + "\n", 0o644)
 
 
 def ssh_cmd(node, *cmd):
@@ -178,6 +207,7 @@ def wait_booted(node, timeout=120):
         raise LabError("%s booted degraded; failed units:\n%s" % (node["name"], failed.strip()))
     wait_for("sshd on %s (%s) to accept the lab key" % (node["name"], node["ip"]),
              lambda: ssh_ok(node), 60)
+    record_host_keys(node)
 
 
 def lab_containers():

@@ -5,6 +5,8 @@ state belong to the onboarding/removal work; putting slurmd there would make eve
 recreate on an image change and tie the overflow drill to their state. site-sched runs
 slurmctld and one slurmd (NodeName=site-sched, CPUs=4 through SlurmdParameters=config_overrides)
 so the overflow local queue is a real Slurm queue with real holds, priorities and start times.
+One partition per overflow job class, all on that node (tests/lab/overflow/job_classes.yml maps
+each partition to its class): `gpu` (the default, site-batch), `cloud-small`, `cloud-large`, `restricted`.
 Its image is the lab node image plus slurm-wlm and munge (tests/lab/overflow/sched/Containerfile),
 cached under a key of the node image and that file.
 """
@@ -45,6 +47,9 @@ MinJobAge=600
 SlurmdParameters=config_overrides
 NodeName=site-sched NodeAddr=10.213.77.5 CPUs=%d State=UNKNOWN
 PartitionName=gpu Nodes=site-sched Default=YES MaxTime=INFINITE State=UP
+PartitionName=cloud-small Nodes=site-sched MaxTime=INFINITE State=UP
+PartitionName=cloud-large Nodes=site-sched MaxTime=INFINITE State=UP
+PartitionName=restricted Nodes=site-sched MaxTime=INFINITE State=UP
 """ % CPUS
 
 

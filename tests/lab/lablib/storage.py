@@ -1,4 +1,4 @@
-"""The lab's "cloud storage" host: sshd + rsync at 10.213.77.30 (overflow staging, issue 6).
+"""The lab's "cloud storage" host: sshd + rsync at 10.213.77.30 (overflow staging).
 
 Layout under /srv/cloud-storage is owned by plugins/module_utils/overflow/rsync_stager.py.
 Cloud nodes reach it with their own key: .lab/storage/id_ed25519 is copied to

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The overflow failure drill in the lab (issue 6), for both local queue backends.
+"""The overflow failure drill in the lab, for both local queue backends.
 
     drill.py --out DIR [--backend slurm|kubernetes ...] [--class small-input ...]
              [--failure NAME ...] [--min-runs 4] [--max-runs 8] [--no-spread] [--no-checkpoint]
@@ -42,10 +42,11 @@ from linkproxy import LinkProxy  # noqa: E402
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.common.files import write as write_atomic  # noqa: E402
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import k8s  # noqa: E402
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import records  # noqa: E402
-from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow import backends as b  # noqa: E402
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.common.records import html_text  # noqa: E402
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow import backends  # noqa: E402
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow import cost as costmod  # noqa: E402
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow import drillstats, jobclass, trigger  # noqa: E402
-from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow import timemodel as tm  # noqa: E402
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow import timemodel  # noqa: E402
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow.dispatch_run import cloud_spec  # noqa: E402
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow.k8s_backend import (  # noqa: E402
     K8sCloudCluster, K8sLocalQueue, product_label, GPU_PRODUCT)
@@ -84,8 +85,23 @@ TARGETS = {
     "link_down_at_dispatch": ({"finished"}, 1),
 }
 FINAL = {"finished", "back_local", "local_running", "gone"}
-SSH = ["ssh", "-i", config.path("ssh", "id_ed25519"), "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=no",
-       "-o", "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR", "-o", "ConnectTimeout=5"]
+# site-sched's and cloud-storage's host keys, written by the lab (lablib/extra.py) like a site would
+KNOWN_HOSTS = config.path("ssh", "known_hosts")
+SSH = ["ssh", "-i", config.path("ssh", "id_ed25519"), "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes",
+       "-o", "UserKnownHostsFile=" + KNOWN_HOSTS, "-o", "LogLevel=ERROR", "-o", "ConnectTimeout=5"]
+
+
+def slurm_queue(classes=None):
+    """The lab's Slurm local queue (site-sched), host key checked; classes from the lab's job classes."""
+    return SlurmLocalQueue(SLURM_HOST, config.path("ssh", "id_ed25519"),
+                           classes=classes if classes is not None else jobclass.load(CLASSES_FILE),
+                           known_hosts=KNOWN_HOSTS)
+
+
+def stager(onprem_root, remote_root=REMOTE_ROOT):
+    """The stager to the lab's cloud-storage, host key checked."""
+    return RsyncStager(STORAGE_HOST, config.path("ssh", "id_ed25519"), onprem_root, remote_root=remote_root,
+                       known_hosts=KNOWN_HOSTS)
 
 
 def ssh(host, command, check=True, timeout=60):
@@ -122,11 +138,10 @@ class Env(object):
                                                "request_timeout": 5}, retries=1, backoff=0.1),
                                      namespace="overflow-drill")
         self.cloud.ensure_namespace()
-        self.stager = RsyncStager(STORAGE_HOST, config.path("ssh", "id_ed25519"),
-                                  os.path.join(workdir, "results"), remote_root=REMOTE_ROOT)
+        self.stager = stager(os.path.join(workdir, "results"))
         self.tracker = Tracker(os.path.join(workdir, "tracker.db"))
         if backend == "slurm":
-            self.local = SlurmLocalQueue(SLURM_HOST, config.path("ssh", "id_ed25519"), classes=self.classes)
+            self.local = slurm_queue(self.classes)
         else:
             self.onprem = k8s.Kube({"kubeconfig": config.path("k8s", "kubeconfig"), "context": "onprem"})
             self.local = K8sLocalQueue(self.onprem, namespace="overflow-drill-local", node_selector=POOL,
@@ -178,7 +193,7 @@ class Env(object):
     def fill_site(self):
         """A long site-batch job takes every local GPU, so the queue is full (the trigger's input)."""
         name = "site-batch-%s" % self.tag
-        if self.local.state(name) in (b.Q_RUNNING, b.Q_QUEUED):
+        if self.local.state(name) in (backends.Q_RUNNING, backends.Q_QUEUED):
             return
         if self.backend == "slurm":
             self.local.enqueue(name, "site-batch", "sleep 3600", cpus=4)
@@ -231,7 +246,7 @@ def wait(what, probe, timeout, interval=0.5):
     raise RuntimeError("timed out after %ss waiting for %s" % (timeout, what))
 
 
-def drive(env, d, job_id, marks, timeout=150):
+def drive(env, dispatcher, job_id, marks, timeout=150):
     """step() until the job reaches a final state. Records when the cloud run was first seen running."""
     end = time.time() + timeout
     res = None
@@ -239,7 +254,7 @@ def drive(env, d, job_id, marks, timeout=150):
         job = env.tracker.job(job_id)
         if job and job["state"] in FINAL:
             return job["state"]
-        res = d.step(job_id)
+        res = dispatcher.step(job_id)
         if res["outcome"] == "running" and "cloud GPUs" not in marks and "is running" in res["reason"]:
             marks["cloud GPUs"] = time.time()
         if res["outcome"] in ("running", "held", "submitted", "adopted", "returning", "noop"):
@@ -276,72 +291,29 @@ def run_scenario(env, cls, failure, run=1):
     marks = {}
     notes = []
     path = "operator" if failure == "operator_returns_job" else "policy"
-    d = env.dispatcher(path)
+    dispatcher = env.dispatcher(path)
     env.enqueue(job_id, cls)
     marks["started waiting"] = time.time()
     pace = 0.5 if failure in ("cloud_node_lost", "operator_returns_job") else 0.0
     spec = cloud_spec(job_id, env.classes[cls], env.template(pace), env.inputs[cls])
     restore = []
-    outcome = None
     try:
         time.sleep(1.2)     # the local scheduler's cycle: the job is queued behind the site batch
         decision = [x for x in trigger.evaluate(env.snapshot(), env.classes, path) if x["job_id"] == job_id]
         decision = decision[0] if decision else None
         if path == "policy" and (decision is None or decision["decision"] != "move"):
             notes.append("trigger did not move it: %s" % (decision and decision["reason"]))
-        if failure == "dropped_response":
-            env.proxy.set_mode("drop", 1)
-            restore.append(lambda: env.proxy.set_mode("pass"))
-        elif failure == "link_down_at_dispatch":
-            env.proxy.set_mode("down")
-            restore.append(lambda: env.proxy.set_mode("pass"))
-        elif failure == "cloud_rejects_quota":
-            env.cloud_admin.call("create quota", env.cloud_admin.core.create_namespaced_resource_quota, env.cloud.ns,
-                                 {"metadata": {"name": "drill-gpu-pool"}, "spec": {"hard": {"count/jobs.batch": "0"}}})
-            restore.append(lambda: env.cloud_admin.call(
-                "delete quota", env.cloud_admin.core.delete_namespaced_resource_quota, "drill-gpu-pool", env.cloud.ns))
-        elif failure == "transfer_interrupted":
-            env.stager.interrupt_next = 1
-        elif failure == "corrupted_result":
-            env.stager.corrupt_next = 1
-        elif failure == "return_copy_fails":
-            env.stager.fail_return_next = 1
-        elif failure == "local_gpus_free":
-            restore.append(free_local_gpus(env, job_id))
-        outcome = d.dispatch(job_id, cls, spec=spec, inputs=env.inputs[cls], image=env.images[cls])
+        inject_before_dispatch(env, failure, job_id, restore)
+        outcome = dispatcher.dispatch(job_id, cls, spec=spec, inputs=env.inputs[cls], image=env.images[cls])
         notes.append("dispatch: %s (%s)" % (outcome["outcome"], outcome["reason"]))
-        for fn in restore:
-            fn()
-        restore = []
-        if failure == "link_down_at_dispatch":
-            res = d.step(job_id)        # link back: the lookup decides
-            notes.append("after the link came back: %s (%s)" % (res["outcome"], res["reason"]))
-            if env.tracker.job(job_id)["state"] == "back_local":
-                res = d.dispatch(job_id, cls, spec=spec, inputs=env.inputs[cls], image=env.images[cls])
-                notes.append("dispatched again: %s" % res["outcome"])
-        if failure == "cloud_node_lost":
-            node = wait("the cloud run to start", lambda: cloud_node_of(env, job_id), 60)
-            marks["cloud GPUs"] = time.time()
-            n = [x for x in config.NODES if x["name"] == node][0]
-            ssh(n["ip"], "systemctl stop hybridgpu-node-agent")
-            restore.append(lambda: restart_agent(env, n))
-            notes.append("stopped the node agent on %s while the job ran" % node)
-        if failure == "operator_returns_job":
-            wait("the cloud run to start", lambda: cloud_node_of(env, job_id), 60)
-            marks["cloud GPUs"] = time.time()
-            stale = env.tracker.attempts(job_id)[-1]["attempt_id"]
-            res = d.return_to_local(job_id, "operator")
-            notes.append("operator return: %s (%s)" % (res["outcome"], res["reason"]))
-            late = env.tracker.commit(job_id, stale, "sha256:" + "0" * 64, "late-cloud-attempt")
-            notes.append("the stopped attempt tried to commit later: %s" % late["reason"])
-        state = drive(env, d, job_id, marks)
-        for fn in restore:
-            fn()
-        restore = []
+        undo(restore)
+        inject_after_dispatch(env, dispatcher, cls, failure, job_id, spec, marks, notes, restore)
+        drive(env, dispatcher, job_id, marks)
+        undo(restore)
         if failure == "second_commit":
-            c = env.tracker.commit_of(job_id)
-            if c:
-                again = env.tracker.commit(job_id, c["attempt_id"], c["checksum"], "replayed-commit")
+            commit = env.tracker.commit_of(job_id)
+            if commit:
+                again = env.tracker.commit(job_id, commit["attempt_id"], commit["checksum"], "replayed-commit")
                 notes.append("second commit: %s" % again["reason"])
     finally:
         for fn in restore:
@@ -349,6 +321,66 @@ def run_scenario(env, cls, failure, run=1):
                 fn()
             except Exception as exc:  # report, keep restoring
                 notes.append("restore failed: %s" % exc)
+    return scenario_record(env, cls, failure, run, job_id, path, decision, marks, notes)
+
+
+def undo(restore):
+    """Run the restore steps of the failures injected so far, then forget them."""
+    for fn in restore:
+        fn()
+    del restore[:]
+
+
+def inject_before_dispatch(env, failure, job_id, restore):
+    """Failures in place when the job is dispatched; each adds its restore step to ``restore``."""
+    if failure == "dropped_response":
+        env.proxy.set_mode("drop", 1)
+        restore.append(lambda: env.proxy.set_mode("pass"))
+    elif failure == "link_down_at_dispatch":
+        env.proxy.set_mode("down")
+        restore.append(lambda: env.proxy.set_mode("pass"))
+    elif failure == "cloud_rejects_quota":
+        env.cloud_admin.call("create quota", env.cloud_admin.core.create_namespaced_resource_quota, env.cloud.ns,
+                             {"metadata": {"name": "drill-gpu-pool"}, "spec": {"hard": {"count/jobs.batch": "0"}}})
+        restore.append(lambda: env.cloud_admin.call(
+            "delete quota", env.cloud_admin.core.delete_namespaced_resource_quota, "drill-gpu-pool", env.cloud.ns))
+    elif failure == "transfer_interrupted":
+        env.stager.interrupt_next = 1
+    elif failure == "corrupted_result":
+        env.stager.corrupt_next = 1
+    elif failure == "return_copy_fails":
+        env.stager.fail_return_next = 1
+    elif failure == "local_gpus_free":
+        restore.append(free_local_gpus(env, job_id))
+
+
+def inject_after_dispatch(env, dispatcher, cls, failure, job_id, spec, marks, notes, restore):
+    """Failures that act on a dispatched job: the link coming back, a lost cloud node, an operator return."""
+    if failure == "link_down_at_dispatch":
+        res = dispatcher.step(job_id)        # link back: the lookup decides
+        notes.append("after the link came back: %s (%s)" % (res["outcome"], res["reason"]))
+        if env.tracker.job(job_id)["state"] == "back_local":
+            res = dispatcher.dispatch(job_id, cls, spec=spec, inputs=env.inputs[cls], image=env.images[cls])
+            notes.append("dispatched again: %s" % res["outcome"])
+    if failure == "cloud_node_lost":
+        node = wait("the cloud run to start", lambda: cloud_node_of(env, job_id), 60)
+        marks["cloud GPUs"] = time.time()
+        lab_node = [x for x in config.NODES if x["name"] == node][0]
+        ssh(lab_node["ip"], "systemctl stop hybridgpu-node-agent")
+        restore.append(lambda: restart_agent(env, lab_node))
+        notes.append("stopped the node agent on %s while the job ran" % node)
+    if failure == "operator_returns_job":
+        wait("the cloud run to start", lambda: cloud_node_of(env, job_id), 60)
+        marks["cloud GPUs"] = time.time()
+        stale = env.tracker.attempts(job_id)[-1]["attempt_id"]
+        res = dispatcher.return_to_local(job_id, "operator")
+        notes.append("operator return: %s (%s)" % (res["outcome"], res["reason"]))
+        late = env.tracker.commit(job_id, stale, "sha256:" + "0" * 64, "late-cloud-attempt")
+        notes.append("the stopped attempt tried to commit later: %s" % late["reason"])
+
+
+def scenario_record(env, cls, failure, run, job_id, path, decision, marks, notes):
+    """Judge the job's trace against the failure's target and build the scenario record."""
     trace = env.tracker.trace(job_id)
     state = trace["job"]["state"]
     allowed, commits = TARGETS[failure]
@@ -356,10 +388,10 @@ def run_scenario(env, cls, failure, run=1):
     leftover = env.cloud.find_by_job_id(job_id)
     ok = state in allowed and trace["commit_count"] == commits and trace["commit_count"] <= 1
     if state == "finished":
-        ok = ok and local_state in (b.Q_WITHDRAWN, b.Q_GONE)
+        ok = ok and local_state in (backends.Q_WITHDRAWN, backends.Q_GONE)
     if state == "back_local":
-        ok = ok and local_state in (b.Q_QUEUED, b.Q_RUNNING, b.Q_DONE)
-    ok = ok and (leftover is None or leftover.phase not in b.LIVE_PHASES)
+        ok = ok and local_state in (backends.Q_QUEUED, backends.Q_RUNNING, backends.Q_DONE)
+    ok = ok and (leftover is None or leftover.phase not in backends.LIVE_PHASES)
     staged = log_time(trace, "stage_inputs", "verified")
     image = image_of(trace)
     landed = max(x for x in (staged, image and image["ready_at"]) if x) if (staged or image) else None
@@ -367,7 +399,8 @@ def run_scenario(env, cls, failure, run=1):
     marks_out = {"started waiting": marks.get("started waiting"), "data and image landed": landed,
                  "started on cloud GPUs": marks.get("cloud GPUs") or log_time(trace, "submit", "created"),
                  "finished": log_time(trace, "fetch_outputs"), "results back": commit["committed_at"] if commit else None}
-    stage_log = [e for a in trace["attempts"] for e in a["log"] if e["step"] == "stage_inputs" and e["result"] == "verified"]
+    stage_log = [entry for attempt in trace["attempts"] for entry in attempt["log"]
+                 if entry["step"] == "stage_inputs" and entry["result"] == "verified"]
     staging = json.loads(stage_log[-1]["detail"]) if stage_log else {}
     reference = None
     if commit and failure in ("none", "second_commit"):
@@ -384,9 +417,9 @@ def run_scenario(env, cls, failure, run=1):
             "cloud_estimate": cloud_estimate(env.classes[cls], staging, image),
             "measured_total_s": (commit["committed_at"] - marks["started waiting"]) if commit else None,
             "cost_inputs": cost_inputs(env, trace, staging, staged, commit),
-            "attempts": [{k: a[k] for k in ("attempt_id", "seq", "state", "resources", "started_at", "ended_at")}
-                         for a in trace["attempts"]],
-            "rejected_commits": [r["reason"] for r in trace["rejected_commits"]]}
+            "attempts": [{k: attempt[k] for k in ("attempt_id", "seq", "state", "resources", "started_at", "ended_at")}
+                         for attempt in trace["attempts"]],
+            "rejected_commits": [rejected["reason"] for rejected in trace["rejected_commits"]]}
 
 
 def _detail(entry):
@@ -421,8 +454,8 @@ def cloud_estimate(cls, staging, image):
               dispatch=cls["dispatch"], cloud_queue_wait=cls["cloud_queue_wait"], startup=cls["startup"],
               image_bytes=IMAGE_SIZE, image_cached=bool(image and image["outcome"] == "cached"),
               return_link_bps=cls.get("return_link_bps"))
-    modelled = tm.cloud_completion(**kw)
-    measured = tm.cloud_completion(image_pull_s=(image or {}).get("pull_s") or 0.0, **kw)
+    modelled = timemodel.cloud_completion(**kw)
+    measured = timemodel.cloud_completion(image_pull_s=(image or {}).get("pull_s") or 0.0, **kw)
     return {"total_s": round(measured["total_s"], 3), "parts": {k: round(v, 3) for k, v in measured.items()},
             "image_pull_measured_s": measured["image_pull_s"], "image_pull_modelled_s": round(modelled["image_pull_s"], 3),
             "image_outcome": image and image["outcome"]}
@@ -497,7 +530,7 @@ def free_local_gpus(env, job_id):
     """Local GPUs free up at the moment of dispatch: the local scheduler starts the job first."""
     if env.backend == "slurm":
         env.local.run("scancel -n %s" % env.blocker)
-        wait("Slurm to start %s" % job_id, lambda: env.local.state(job_id) == b.Q_RUNNING, 30)
+        wait("Slurm to start %s" % job_id, lambda: env.local.state(job_id) == backends.Q_RUNNING, 30)
 
         def restore():
             env.cleanup_local(job_id)
@@ -512,7 +545,7 @@ def free_local_gpus(env, job_id):
                    "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}]}}
     env.onprem.delete_job(env.local.ns, env.blocker)
     env.onprem.call("register node %s" % node, env.onprem.core.create_node, body)
-    wait("the onprem scheduler to bind %s" % job_id, lambda: env.local.state(job_id) == b.Q_RUNNING, 30)
+    wait("the onprem scheduler to bind %s" % job_id, lambda: env.local.state(job_id) == backends.Q_RUNNING, 30)
 
     def restore():
         env.onprem.delete_node(node)
@@ -556,7 +589,7 @@ def checkpoint_drill(env):
     # later --steps wins in argparse: 120 steps planned, stopped at 60
     d.dispatch(job_id, "small-input", spec=spec, inputs=env.inputs["small-input"], image=env.images["small-input"])
     cj = wait("the cloud attempt to stop part way", lambda: (lambda j: j if j and j.phase in (
-        b.SUCCEEDED, b.FAILED) else None)(env.cloud.find_by_job_id(job_id)), 90)
+        backends.SUCCEEDED, backends.FAILED) else None)(env.cloud.find_by_job_id(job_id)), 90)
     got = env.stager.fetch_outputs(job_id, cj)
     verified = got["checksum"] == cj.output_checksum
     ckpt = os.path.join(got["ref"], "checkpoint.json")
@@ -599,28 +632,27 @@ def spread_runs(env, cls, min_runs, max_runs):
 
 # -- report --------------------------------------------------------------------------------------
 def render_html(report):
-    e = records._e
     out = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8"><title>Overflow drill</title>',
            "<style>%s .bar{display:inline-block;height:10px;background:#58a}.ok{color:#070}.bad{color:#b00}"
-           "</style></head><body>" % records._CSS,
+           "</style></head><body>" % records.PAGE_CSS,
            "<h1>Overflow drill</h1>",
            "<p>%s &middot; verdict <b class='%s'>%s</b></p>" % (
-               e(report["generated"]), "ok" if report["pass"] else "bad", "PASS" if report["pass"] else "FAIL"),
+               html_text(report["generated"]), "ok" if report["pass"] else "bad", "PASS" if report["pass"] else "FAIL"),
            "<h2>Failures injected</h2><table><tr><th>backend</th><th>class</th><th>failure</th><th>path</th>"
            "<th>target</th><th>final state</th><th>commits</th><th>verdict</th><th>what happened</th></tr>"]
     for s in report["scenarios"]:
         out.append("<tr><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td>"
                    "<td class='%s'>%s</td><td>%s</td></tr>" % (
-                       e(s["backend"]), e(s["job_class"]), e(s["failure"]), e(s["path"]),
-                       e(", ".join(s["target"]["states"]) + " / %d commit(s)" % s["target"]["commits"]),
-                       e(s["final_state"]), e(s["commit_count"]), "ok" if s["pass"] else "bad",
-                       "pass" if s["pass"] else "FAIL", e("; ".join(s["notes"] + s["explained"]["notes"]))))
+                       html_text(s["backend"]), html_text(s["job_class"]), html_text(s["failure"]), html_text(s["path"]),
+                       html_text(", ".join(s["target"]["states"]) + " / %d commit(s)" % s["target"]["commits"]),
+                       html_text(s["final_state"]), html_text(s["commit_count"]), "ok" if s["pass"] else "bad",
+                       "pass" if s["pass"] else "FAIL", html_text("; ".join(s["notes"] + s["explained"]["notes"]))))
     out.append("</table><h2>Control (restricted class)</h2><table><tr><th>backend</th><th>path</th><th>result</th></tr>")
     for c in report["controls"]:
         out.append("<tr><td>%s</td><td>%s</td><td class='%s'>%s</td></tr>" % (
-            e(c["backend"]), e(c["path"]), "ok" if c["pass"] else "bad", e(c["reason"])))
+            html_text(c["backend"]), html_text(c["path"]), "ok" if c["pass"] else "bad", html_text(c["reason"])))
     out.append("</table><h2>Timeline: the five marks per job</h2><table><tr><th>job</th>%s<th>image</th></tr>"
-               % "".join("<th>%s</th>" % e(m) for m in MARKS))
+               % "".join("<th>%s</th>" % html_text(m) for m in MARKS))
     for s in report["scenarios"]:
         t0 = s["marks"]["started waiting"]
         cells = []
@@ -631,7 +663,7 @@ def render_html(report):
             else:
                 cells.append("<td>+%.1fs <span class='bar' style='width:%dpx'></span></td>" % (
                     v - t0, max(1, min(300, int((v - t0) * 4)))))
-        out.append("<tr><td>%s</td>%s<td>%s</td></tr>" % (e(s["job_id"]), "".join(cells), e(image_cell(s.get("image")))))
+        out.append("<tr><td>%s</td>%s<td>%s</td></tr>" % (html_text(s["job_id"]), "".join(cells), html_text(image_cell(s.get("image")))))
     out.append("</table><h2>Image on the cloud pool</h2><table><tr><th>job</th><th>outcome</th>"
                "<th>on-prem digest</th><th>cached digest before</th><th>after</th><th>pull (s, measured)</th>"
                "<th>cloud completion (model, measured pull)</th><th>measured (waiting to results back)</th></tr>")
@@ -639,11 +671,11 @@ def render_html(report):
         im = s.get("image") or {}
         est = s.get("cloud_estimate") or {}
         out.append("<tr><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td></tr>" % (
-            e(s["job_id"]), e(im.get("outcome") or "-"), e(im.get("onprem_digest") or "-"),
-            e(im.get("cached_digest") or "absent"), e(im.get("verified_digest") or "-"),
-            e("%.3f" % im["pull_s"] if im.get("pull_s") is not None else "-"),
-            e(tm.human(est["total_s"]) if est.get("total_s") is not None else "-"),
-            e(tm.human(s["measured_total_s"]) if s.get("measured_total_s") is not None else "-")))
+            html_text(s["job_id"]), html_text(im.get("outcome") or "-"), html_text(im.get("onprem_digest") or "-"),
+            html_text(im.get("cached_digest") or "absent"), html_text(im.get("verified_digest") or "-"),
+            html_text("%.3f" % im["pull_s"] if im.get("pull_s") is not None else "-"),
+            html_text(timemodel.human(est["total_s"]) if est.get("total_s") is not None else "-"),
+            html_text(timemodel.human(s["measured_total_s"]) if s.get("measured_total_s") is not None else "-")))
     out.append("</table>")
     cs = report.get("cost")
     if cs:
@@ -652,28 +684,28 @@ def render_html(report):
         out.append("<h2>Cost per backend and class</h2><p>%s. Prices from %s: %s; operator minutes per move %s; "
                    "warm pool GPUs %s.</p><table><tr><th>backend</th><th>class</th><th>billing</th><th>runs</th>"
                    "<th>retries</th><th>operator moves</th><th>bytes in</th><th>bytes out</th>%s</tr>" % (
-                       e(cs["rule"]), e(cs["source"]), e(cs["prices"]), e(cs["operator_minutes_per_move"]),
-                       e(cs["warm_pool_gpus"]), "".join("<th>%s</th>" % e(c) for c in cols)))
+                       html_text(cs["rule"]), html_text(cs["source"]), html_text(cs["prices"]), html_text(cs["operator_minutes_per_move"]),
+                       html_text(cs["warm_pool_gpus"]), "".join("<th>%s</th>" % html_text(c) for c in cols)))
         for r in cs["rows"]:
             out.append("<tr><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td>%s</tr>"
-                       % (e(r["backend"]), e(r["job_class"]), e(r["billing"]), e(r["runs"]), e(r["retries"]),
-                          e(r["operator_moves"]), e(r["in_bytes"]), e(r["out_bytes"]),
-                          "".join("<td>%s</td>" % e(r[c]) for c in cols)))
+                       % (html_text(r["backend"]), html_text(r["job_class"]), html_text(r["billing"]), html_text(r["runs"]), html_text(r["retries"]),
+                          html_text(r["operator_moves"]), html_text(r["in_bytes"]), html_text(r["out_bytes"]),
+                          "".join("<td>%s</td>" % html_text(r[c]) for c in cols)))
         out.append("</table>")
     out.append("<h2>Spread of transfer and queue times</h2><table><tr><th>backend</th><th>class</th>"
                "<th>runs</th><th>stopping rule</th><th>verdict</th><th>spreads (IQR, s)</th></tr>")
     for sp in report["spread"]:
         v = sp["verdict"] or {}
         out.append("<tr><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td></tr>" % (
-            e(sp["backend"]), e(sp["job_class"]), e(sp["runs"]), e(v.get("rule")), e(v.get("reason")),
-            e(", ".join("%s=%.3f" % (k, x["spread"]) for k, x in sorted((v.get("spreads") or {}).items())))))
+            html_text(sp["backend"]), html_text(sp["job_class"]), html_text(sp["runs"]), html_text(v.get("rule")), html_text(v.get("reason")),
+            html_text(", ".join("%s=%.3f" % (k, x["spread"]) for k, x in sorted((v.get("spreads") or {}).items())))))
     out.append("</table>")
     ck = report.get("checkpoint")
     if ck:
         out.append("<h2>Checkpoint resume</h2><p class='%s'>%s: checkpoint at step %s verified=%s, curve max diff %s "
                    "(tolerance %s)</p>" % ("ok" if ck["pass"] else "bad", "pass" if ck["pass"] else "FAIL",
-                                           e(ck["checkpoint_step"]), e(ck["checkpoint_verified"]),
-                                           e(ck["comparison"]["max_abs_diff"]), e(ck["tolerance"])))
+                                           html_text(ck["checkpoint_step"]), html_text(ck["checkpoint_verified"]),
+                                           html_text(ck["comparison"]["max_abs_diff"]), html_text(ck["tolerance"])))
     out.append("</body></html>")
     return "\n".join(out) + "\n"
 

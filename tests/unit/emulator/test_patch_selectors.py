@@ -134,6 +134,8 @@ def test_pdb_numbers_percentages():
                                        "spec": {"containers": [{"name": "c"}]}})
         obj = store.objects["pods"][("default", "p%d" % i)]
         obj["status"]["phase"] = "Running" if i < 3 else "Pending"
+        if i < 3:  # healthy means Ready=True, as the disruption controller counts
+            obj["status"]["conditions"] = [{"type": "Ready", "status": "True"}]
     pdb = {"metadata": {"namespace": "default", "name": "b"},
            "spec": {"selector": {"matchLabels": {"app": "x"}}, "minAvailable": "50%"}}
     assert pdb_numbers(store, pdb) == (4, 3, 2, 1)

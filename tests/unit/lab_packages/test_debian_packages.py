@@ -33,7 +33,7 @@ def listed(tmp_path):
 def test_list_file_parsing(build_module, listed):
     assert build_module.debian_names(str(listed)) == ["prometheus-node-exporter"]
     assert build_module.debian_names(str(listed) + ".absent") == []
-    # The committed list carries the node exporter of issue 4.
+    # The committed list carries the node exporter (host metrics on owned nodes).
     assert "prometheus-node-exporter" in build_module.debian_names(
         os.path.join(PACKAGES, "debian-packages.txt"))
 

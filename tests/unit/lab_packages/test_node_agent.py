@@ -119,8 +119,10 @@ class FakeApi:
     """Just enough core/v1 for the agent, with Kubernetes Status objects for errors."""
 
     def __init__(self):
-        self.nodes, self.pods, self.logs = {}, {}, {}
+        self.nodes, self.pods, self.logs, self.leases = {}, {}, {}, {}
         self.calls = []
+        self.deletes = []
+        self.rv = 0
         self.lock = threading.Lock()
 
     def status(self, code, reason, message):
@@ -135,8 +137,11 @@ class FakeApi:
                 name = body["metadata"]["name"]
                 if name in self.nodes:
                     return self.status(409, "AlreadyExists", 'nodes "%s" already exists' % name)
+                body["metadata"]["uid"] = "node-uid-" + name
                 self.nodes[name] = body
                 return 201, body
+            if parts[:6] == ["apis", "coordination.k8s.io", "v1", "namespaces", "kube-node-lease", "leases"]:
+                return self.lease(method, parts[6] if len(parts) > 6 else None, body)
             if parts[:3] == ["api", "v1", "nodes"] and method == "PATCH":
                 node = self.nodes.get(parts[3])
                 if node is None:
@@ -162,9 +167,30 @@ class FakeApi:
                     self.logs[parts[5]] = body
                     return 200, "ok"
                 if method == "DELETE":
-                    del self.pods[parts[5]]
+                    self.deletes.append((parts[5], body))
+                    if (body or {}).get("gracePeriodSeconds") == 0:
+                        del self.pods[parts[5]]
+                    else:
+                        pod["metadata"]["deletionTimestamp"] = "2030-01-01T00:00:30Z"
+                        pod["metadata"]["deletionGracePeriodSeconds"] = 30
                     return 200, pod
             return self.status(405, "MethodNotAllowed", path)
+
+    def lease(self, method, name, body):
+        if method == "GET":
+            if name not in self.leases:
+                return self.status(404, "NotFound", 'leases.coordination.k8s.io "%s" not found' % name)
+            return 200, self.leases[name]
+        if method == "POST":
+            name = body["metadata"]["name"]
+        elif name not in self.leases:
+            return self.status(404, "NotFound", "lease not found")
+        elif body["metadata"].get("resourceVersion") != self.leases[name]["metadata"]["resourceVersion"]:
+            return self.status(409, "Conflict", "the object has been modified")
+        self.rv += 1
+        body["metadata"]["resourceVersion"] = str(self.rv)
+        self.leases[name] = body
+        return (201 if method == "POST" else 200), body
 
 
 @pytest.fixture
@@ -284,3 +310,40 @@ def test_agent_survives_api_outage_and_reports_later(fake_api, tmp_path):
     ag.api.server = real_url
     assert _until(ag, lambda: fake_api.pods["job"]["status"]["phase"] == "Succeeded")
     assert fake_api.logs["job"] == "done\n"
+
+
+def test_agent_renews_its_node_lease(fake_api, tmp_path):
+    ag = _agent(tmp_path, fake_api.url, lease_interval=0.2)
+    assert _until(ag, lambda: "cloud-h200-1" in fake_api.leases)
+    lease = fake_api.leases["cloud-h200-1"]
+    assert lease["spec"]["holderIdentity"] == "cloud-h200-1"
+    assert lease["spec"]["leaseDurationSeconds"] == 40
+    assert lease["metadata"]["ownerReferences"] == [{"apiVersion": "v1", "kind": "Node", "name": "cloud-h200-1",
+                                                     "uid": "node-uid-cloud-h200-1"}]
+    first = lease["spec"]["renewTime"]
+    assert first.endswith("Z") and "." in first        # a MicroTime
+    assert _until(ag, lambda: fake_api.leases["cloud-h200-1"]["spec"]["renewTime"] != first)
+    # Someone else changed it: the agent reads it again and keeps renewing.
+    fake_api.leases["cloud-h200-1"]["metadata"]["resourceVersion"] = "999"
+    renewed = fake_api.leases["cloud-h200-1"]["spec"]["renewTime"]
+    assert _until(ag, lambda: fake_api.leases["cloud-h200-1"]["spec"]["renewTime"] != renewed
+                  and fake_api.leases["cloud-h200-1"]["metadata"]["resourceVersion"] != "999")
+
+
+def test_agent_stops_a_terminating_pod_and_confirms_with_grace_zero(fake_api, tmp_path):
+    """A deletionTimestamp on a running pod: SIGTERM, SIGKILL after the pod's
+    deletionGracePeriodSeconds (here 1 s, far below kill_grace), then a grace-0 delete."""
+    ag = _agent(tmp_path, fake_api.url, kill_grace=60.0)
+    fake_api.pods["stubborn"] = _pod("stubborn", "cloud-h200-1", ["sh", "-c", "trap '' TERM; sleep 300"])
+    assert _until(ag, lambda: fake_api.pods["stubborn"]["status"]["phase"] == "Running")
+    local = ag.pods["uid-stubborn"]
+    pid = local.containers[0]["pid"]
+    with fake_api.lock:
+        fake_api.pods["stubborn"]["metadata"].update(deletionTimestamp="2030-01-01T00:00:01Z",
+                                                     deletionGracePeriodSeconds=1)
+    assert _until(ag, lambda: "stubborn" not in fake_api.pods, timeout=10.0)
+    assert fake_api.deletes == [("stubborn", {"kind": "DeleteOptions", "apiVersion": "v1", "gracePeriodSeconds": 0,
+                                              "preconditions": {"uid": "uid-stubborn"}})]
+    assert local.phase == "Failed"
+    with pytest.raises(OSError):
+        os.kill(pid, 0)

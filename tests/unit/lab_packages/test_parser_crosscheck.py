@@ -1,5 +1,5 @@
 """The stand-ins' output parses with the collection's real-format parsers."""
-from ansible_collections.hybridgpu.fleet.plugins.module_utils.parsers import nccl, nvidia_smi
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.parsers import nccl, nvidia_smi, nvidia_smi_table
 from lab_packages_support import a100_spec, node  # noqa: F401 (fixtures)  pylint: disable=unused-import
 
 
@@ -17,7 +17,7 @@ def test_query_csv_parses(node):
 
 
 def test_table_parses(node):
-    parsed = nvidia_smi.parse_table(node.smi().stdout)
+    parsed = nvidia_smi_table.parse_table(node.smi().stdout)
     assert not parsed["errors"]
     assert (parsed["driver_version"], parsed["cuda_version"]) == ("535.230.02", "12.2")
     assert len(parsed["gpus"]) == 8

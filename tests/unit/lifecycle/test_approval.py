@@ -13,7 +13,7 @@ from ansible.errors import AnsibleActionFail
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import lifecycle_support as ls  # noqa: E402
 
-from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import approval as ap  # noqa: E402
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import approval  # noqa: E402
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.common.boundary import load_boundary  # noqa: E402
 from ansible_collections.hybridgpu.fleet.plugins.modules import change_approval  # noqa: E402
 
@@ -41,42 +41,42 @@ def problems(exc_info):
 
 
 def test_allowed_signers_derived_from_change_rights(boundary):
-    text = ap.allowed_signers_text(boundary)
+    text = approval.allowed_signers_text(boundary)
     principals = sorted(line.split()[0] for line in text.splitlines())
     # provider-sre has a key but approves nothing: not a signer.
     assert principals == ["ops-lead", "sec-owner"]
     assert all('namespaces="hybridgpu.fleet-change"' in line for line in text.splitlines())
-    assert [line.split()[0] for line in ap.allowed_signers_text(boundary, "remove").splitlines()] \
+    assert [line.split()[0] for line in approval.allowed_signers_text(boundary, "remove").splitlines()] \
         == ["sec-owner"]
 
 
 def test_valid_record_is_approved(people, boundary, tmp_path):
     _path, text, sig = signed(people, tmp_path)
-    res = ap.check(boundary, text, sig, "driver_upgrade", ["owned-a100-2"], executor="ops-oncall")
+    res = approval.check(boundary, text, sig, "driver_upgrade", ["owned-a100-2"], executor="ops-oncall")
     assert res["approved"] and res["approver"] == "sec-owner" and res["requester"] == "ops-oncall"
     assert res["four_eyes"] is True and res["change_id"] == "CHG-TEST-1"
 
 
 def test_unsigned_record_is_refused(people, boundary, tmp_path):
     _path, text, dummy = signed(people, tmp_path, signer=None)
-    with pytest.raises(ap.ApprovalError) as err:
-        ap.check(boundary, text, "", "driver_upgrade", ["owned-a100-2"])
+    with pytest.raises(approval.ApprovalError) as err:
+        approval.check(boundary, text, "", "driver_upgrade", ["owned-a100-2"])
     assert "unsigned: no signature" in problems(err)
 
 
 def test_tampered_record_fails_signature(people, boundary, tmp_path):
     _path, text, sig = signed(people, tmp_path)
     bad = text.replace("owned-a100-2", "owned-a100-1")
-    with pytest.raises(ap.ApprovalError) as err:
-        ap.check(boundary, bad, sig, "driver_upgrade", ["owned-a100-1"])
+    with pytest.raises(approval.ApprovalError) as err:
+        approval.check(boundary, bad, sig, "driver_upgrade", ["owned-a100-1"])
     assert "does not match the record" in problems(err)
 
 
 def test_signer_without_the_right_is_refused(people, boundary, tmp_path):
     # ops-lead may approve driver_upgrade but not remove (only sec-owner may).
     _path, text, sig = signed(people, tmp_path, signer="ops-lead", action="remove", requester="ops-lead")
-    with pytest.raises(ap.ApprovalError) as err:
-        ap.check(boundary, text, sig, "remove", ["owned-a100-2"])
+    with pytest.raises(approval.ApprovalError) as err:
+        approval.check(boundary, text, sig, "remove", ["owned-a100-2"])
     msg = problems(err)
     assert "ops-lead may not approve remove" in msg
 
@@ -84,8 +84,8 @@ def test_signer_without_the_right_is_refused(people, boundary, tmp_path):
 def test_key_not_in_boundary_is_refused(people, boundary, tmp_path):
     # provider-sre has a key in people but no approver right: find-principals finds nobody.
     _path, text, sig = signed(people, tmp_path, signer="provider-sre")
-    with pytest.raises(ap.ApprovalError) as err:
-        ap.check(boundary, text, sig, "driver_upgrade", ["owned-a100-2"])
+    with pytest.raises(approval.ApprovalError) as err:
+        approval.check(boundary, text, sig, "driver_upgrade", ["owned-a100-2"])
     assert "not an approver's key" in problems(err)
 
 
@@ -93,9 +93,9 @@ def test_wrong_namespace_is_refused(people, boundary, tmp_path):
     path = ls.write_record(str(tmp_path), "chg.yml", ls.record_text())
     subprocess.run(["ssh-keygen", "-Y", "sign", "-f", people["keys"]["sec-owner"], "-n", "file", path],
                    check=True, capture_output=True)
-    with pytest.raises(ap.ApprovalError) as err:
-        ap.check(boundary, open(path).read(), open(path + ".sig").read(), "driver_upgrade",
-                 ["owned-a100-2"])
+    with pytest.raises(approval.ApprovalError) as err:
+        approval.check(boundary, open(path).read(), open(path + ".sig").read(), "driver_upgrade",
+                       ["owned-a100-2"])
     assert "namespace" in problems(err)
 
 
@@ -103,20 +103,20 @@ def test_expired_and_not_yet_open_windows(people, boundary, tmp_path):
     now = datetime.datetime.now(datetime.timezone.utc)
     _p, text, sig = signed(people, tmp_path, start=now - datetime.timedelta(hours=3),
                            end=now - datetime.timedelta(hours=1))
-    with pytest.raises(ap.ApprovalError) as err:
-        ap.check(boundary, text, sig, "driver_upgrade", ["owned-a100-2"])
+    with pytest.raises(approval.ApprovalError) as err:
+        approval.check(boundary, text, sig, "driver_upgrade", ["owned-a100-2"])
     assert "window: expired at" in problems(err)
     _p, text, sig = signed(people, tmp_path, start=now + datetime.timedelta(hours=1),
                            end=now + datetime.timedelta(hours=3))
-    with pytest.raises(ap.ApprovalError) as err:
-        ap.check(boundary, text, sig, "driver_upgrade", ["owned-a100-2"])
+    with pytest.raises(approval.ApprovalError) as err:
+        approval.check(boundary, text, sig, "driver_upgrade", ["owned-a100-2"])
     assert "window: opens at" in problems(err)
 
 
 def test_wrong_targets_and_action_are_named(people, boundary, tmp_path):
     _p, text, sig = signed(people, tmp_path)
-    with pytest.raises(ap.ApprovalError) as err:
-        ap.check(boundary, text, sig, "remove", ["owned-a100-2", "owned-a100-1"])
+    with pytest.raises(approval.ApprovalError) as err:
+        approval.check(boundary, text, sig, "remove", ["owned-a100-2", "owned-a100-1"])
     msg = problems(err)
     assert "owned-a100-1 not in the approved targets [owned-a100-2]" in msg
     assert "the record approves 'driver_upgrade', this run does 'remove'" in msg
@@ -124,29 +124,29 @@ def test_wrong_targets_and_action_are_named(people, boundary, tmp_path):
 
 def test_four_eyes(people, boundary, tmp_path):
     _p, text, sig = signed(people, tmp_path, signer="sec-owner", requester="sec-owner")
-    with pytest.raises(ap.ApprovalError) as err:
-        ap.check(boundary, text, sig, "driver_upgrade", ["owned-a100-2"])
+    with pytest.raises(approval.ApprovalError) as err:
+        approval.check(boundary, text, sig, "driver_upgrade", ["owned-a100-2"])
     assert "sec-owner both requested and approved" in problems(err)
     # drain has no four eyes: the approver may also be the requester.
     _p, text, sig = signed(people, tmp_path, signer="ops-lead", requester="ops-lead", action="drain")
-    assert ap.check(boundary, text, sig, "drain", ["owned-a100-2"])["approved"]
+    assert approval.check(boundary, text, sig, "drain", ["owned-a100-2"])["approved"]
 
 
 def test_executor_must_be_a_performer(people, boundary, tmp_path):
     _p, text, sig = signed(people, tmp_path)
-    with pytest.raises(ap.ApprovalError) as err:
-        ap.check(boundary, text, sig, "driver_upgrade", ["owned-a100-2"], executor="provider-sre")
+    with pytest.raises(approval.ApprovalError) as err:
+        approval.check(boundary, text, sig, "driver_upgrade", ["owned-a100-2"], executor="provider-sre")
     assert "provider-sre may not perform driver_upgrade" in problems(err)
 
 
 def test_inline_text_without_final_newline_still_verifies(people, boundary, tmp_path):
     _p, text, sig = signed(people, tmp_path)
-    assert ap.check(boundary, text.rstrip("\n"), sig.strip(), "driver_upgrade", ["owned-a100-2"])["approved"]
+    assert approval.check(boundary, text.rstrip("\n"), sig.strip(), "driver_upgrade", ["owned-a100-2"])["approved"]
 
 
 def test_bad_record_fields_are_named(boundary):
-    with pytest.raises(ap.ApprovalError) as err:
-        ap.check(boundary, "change_id: X\naction: explode\ntargets: []\n", "", "drain", ["a"])
+    with pytest.raises(approval.ApprovalError) as err:
+        approval.check(boundary, "change_id: X\naction: explode\ntargets: []\n", "", "drain", ["a"])
     msg = problems(err)
     assert "action: 'explode' is not one of" in msg and "targets: needs at least 1" in msg
     assert "window: is required" in msg
@@ -210,7 +210,7 @@ def test_edited_boundary_cannot_approve_its_editor(people, tmp_path, how):
     if how == "copied_sig":  # the real boundary's signature next to the edited file
         shutil.copyfile(people["boundary"] + ".sig", path + ".sig")
     record = remove_record(forged, tmp_path, signer="mallory")
-    with pytest.raises(ap.ApprovalError) as err:
+    with pytest.raises(approval.ApprovalError) as err:
         change_approval.run(gate_params(forged, record, boundary=path))
     expect = {"unsigned": "boundary: boundary.yml is unsigned: no signature file boundary.yml.sig",
               "own_key": "not made by a pinned boundary signer",
@@ -226,21 +226,21 @@ def test_boundary_status_is_checked_after_its_signature(people, tmp_path):
         yaml.safe_dump(doc, fh, sort_keys=False)
     ls.sign_boundary(path, people["boundary_key"])
     record = remove_record(people, tmp_path)
-    with pytest.raises(ap.ApprovalError) as err:
+    with pytest.raises(approval.ApprovalError) as err:
         change_approval.run(gate_params(people, record, boundary=path))
     assert "boundary: boundary.yml is not in force: expired on 2025-02-01T00:00:00Z" in problems(err)
     doc["signature"]["signed"] = False
     with open(path, "w") as fh:
         yaml.safe_dump(doc, fh, sort_keys=False)
     ls.sign_boundary(path, people["boundary_key"])
-    with pytest.raises(ap.ApprovalError) as err:
+    with pytest.raises(approval.ApprovalError) as err:
         change_approval.run(gate_params(people, record, boundary=path))
     assert "not in force: not signed" in problems(err)
 
 
 def test_no_pinned_signer_trusts_nothing(people, tmp_path):
     record = remove_record(people, tmp_path)
-    with pytest.raises(ap.ApprovalError) as err:
+    with pytest.raises(approval.ApprovalError) as err:
         change_approval.run(gate_params(people, record, boundary_signers=""))
     assert "no pinned boundary signer" in problems(err)
 
@@ -287,7 +287,7 @@ def test_cli_signs_and_verifies_a_boundary(people, tmp_path):
 # --- one action per playbook: the record names the playbook, the targets and the member ---
 def test_revocation_record_does_not_pass_the_removal_gate(people, tmp_path):
     record = remove_record(people, tmp_path, action="revoke_member", member="test-member")
-    with pytest.raises(ap.ApprovalError) as err:
+    with pytest.raises(approval.ApprovalError) as err:
         change_approval.run(gate_params(people, record))
     msg = problems(err)
     assert "the record approves 'revoke_member', this run does 'remove'" in msg
@@ -296,7 +296,7 @@ def test_revocation_record_does_not_pass_the_removal_gate(people, tmp_path):
 
 def test_removal_record_does_not_pass_the_revocation_gate(people, tmp_path):
     record = remove_record(people, tmp_path)
-    with pytest.raises(ap.ApprovalError) as err:
+    with pytest.raises(approval.ApprovalError) as err:
         change_approval.run(gate_params(people, record, action="revoke_member", playbook="revoke_member.yml",
                                         member="test-member"))
     msg = problems(err)
@@ -308,12 +308,12 @@ def test_revocation_names_its_member(people, tmp_path):
     record = remove_record(people, tmp_path, action="revoke_member", member="test-member")
     params = gate_params(people, record, action="revoke_member", playbook="revoke_member.yml")
     assert change_approval.run(dict(params, member="test-member"))["member"] == "test-member"
-    with pytest.raises(ap.ApprovalError) as err:
+    with pytest.raises(approval.ApprovalError) as err:
         change_approval.run(dict(params, member="ops-lead"))
     assert "member: the record approves revoking test-member, this run revokes ops-lead" in problems(err)
     text = ls.record_text(action="revoke_member", requester="ops-lead")
-    with pytest.raises(ap.ApprovalError) as err:
-        ap.parse_record(text)
+    with pytest.raises(approval.ApprovalError) as err:
+        approval.parse_record(text)
     assert "member: is required for action revoke_member" in problems(err)
 
 
@@ -328,7 +328,7 @@ def test_change_id_is_used_once(people, tmp_path):
     again = change_approval.run(gate_params(people, record, ledger_dir=ledger))
     assert again["ledger"]["resumed"] is True
     # anything else under the same change id is a replay
-    with pytest.raises(ap.ApprovalError) as err:
+    with pytest.raises(approval.ApprovalError) as err:
         change_approval.run(gate_params(people, record, ledger_dir=ledger, targets=["owned-a100-1"]))
     assert "change_id: CHG-RM-1 was already used" in problems(err)
     assert "differs in targets" in problems(err)
@@ -340,14 +340,14 @@ def test_window_needs_a_timezone_and_a_bounded_length(people, tmp_path):
     # the CLI refuses to sign it; an approver could still sign it with ssh-keygen directly
     record = ls.write_record(str(tmp_path), "chg.yml", ls.record_text(action="remove", requester="ops-lead",
                                                                       start=local))
-    subprocess.run(["ssh-keygen", "-Y", "sign", "-f", people["keys"]["sec-owner"], "-n", ap.NAMESPACE, record],
+    subprocess.run(["ssh-keygen", "-Y", "sign", "-f", people["keys"]["sec-owner"], "-n", approval.NAMESPACE, record],
                    check=True, capture_output=True)
-    with pytest.raises(ap.ApprovalError) as err:
+    with pytest.raises(approval.ApprovalError) as err:
         change_approval.run(gate_params(people, record))
     assert "window.start: %s has no timezone" % local in problems(err)
     record = remove_record(people, tmp_path, start=now - datetime.timedelta(hours=1),
                            end=now + datetime.timedelta(days=30))
-    with pytest.raises(ap.ApprovalError) as err:
+    with pytest.raises(approval.ApprovalError) as err:
         change_approval.run(gate_params(people, record))
     assert "is longer than the 24 h a record may approve" in problems(err)
 
@@ -356,7 +356,7 @@ def test_awx_executor_is_the_launching_user(people, tmp_path):
     record = remove_record(people, tmp_path)
     res = change_approval.run(gate_params(people, record, executor=None, awx_user="ops-lead"))
     assert res["executor"] == "ops-lead" and res["authenticated_by"] == "awx"
-    with pytest.raises(ap.ApprovalError) as err:
+    with pytest.raises(approval.ApprovalError) as err:
         change_approval.run(gate_params(people, record, executor="ops-lead", awx_user="ops-oncall"))
     assert "executor: the job was launched by ops-oncall (AWX user ops-oncall), not by ops-lead" in problems(err)
 
@@ -387,6 +387,6 @@ def test_api_changes_need_a_verified_open_removal(tmp_path):
 
 def test_a_run_names_its_executor(people, tmp_path):
     record = remove_record(people, tmp_path)
-    with pytest.raises(ap.ApprovalError) as err:
+    with pytest.raises(approval.ApprovalError) as err:
         change_approval.run(gate_params(people, record, executor=None))
     assert "executor: nobody is named as running the change" in problems(err)

@@ -31,7 +31,8 @@ def cluster(tmp_path_factory):
     with open(tokens, "w") as fh:
         fh.write('%s,admin,admin-uid,"system:masters"\n' % token)
     srv = serve(cluster="drain", binds=["127.0.0.1"], port=0, cert=crt, key=key, token_file=tokens,
-                node_grace=3600.0, log_file=os.path.join(work, "requests.log"))
+                node_grace=3600.0, log_file=os.path.join(work, "requests.log"),
+                confirm_pod_deletion=True)  # no kubelet here: the server confirms pod deletions
     kubeconfig = labpki.write_kubeconfig(os.path.join(work, "admin.kubeconfig"),
                                          [("drain", srv.url, ca, token)])
     core = client.CoreV1Api(config.new_client_from_config(config_file=kubeconfig, context="drain"))

@@ -3,9 +3,9 @@ import json
 
 import pytest
 
-from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import manifest as mf
-from ansible_collections.hybridgpu.fleet.plugins.module_utils.lifecycle import node_checks as nc
-from ansible_collections.hybridgpu.fleet.plugins.module_utils.lifecycle import removal as rm
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import manifest
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.lifecycle import node_checks
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.lifecycle import removal
 
 PRE = {"recorded_at": "2025-01-01T00:00:00Z", "active_units": ["chrony.service", "slurmd.service"],
        "nft_ruleset": "table inet site {\n\tchain input {\n\t\ttype filter hook input priority 0;\n\t}\n}\n",
@@ -14,8 +14,8 @@ PRE = {"recorded_at": "2025-01-01T00:00:00Z", "active_units": ["chrony.service",
 
 
 def doc():
-    d = mf.merge(None, "n1", pre_onboarding=PRE)
-    d = mf.merge(d, "n1", "join", [
+    d = manifest.merge(None, "n1", pre_onboarding=PRE)
+    d = manifest.merge(d, "n1", "join", [
         {"kind": "api_object", "cluster": "onprem", "api_version": "v1", "resource": "nodes", "namespace": "", "name": "n1"},
         {"kind": "api_object", "cluster": "onprem", "api_version": "v1", "resource": "secrets",
          "namespace": "kube-system", "name": "node-n1-token"},
@@ -26,15 +26,15 @@ def doc():
         {"kind": "package", "name": "nccl-tests"},
         {"kind": "unit", "name": "hybridgpu-node-agent.service"}],
         facts={"server": "https://10.213.77.1:6443", "cluster": "onprem"})
-    d = mf.merge(d, "n1", "agents", [{"kind": "user", "name": "hgpu-x"}, {"kind": "user", "name": "sshd"}])
-    d = mf.merge(d, "n1", "host_firewall", [{"kind": "nft_table", "family": "inet", "name": "hybridgpu"}])
-    d = mf.merge(d, "n1", "placement", [{"kind": "label", "key": "hybridgpu.io/side", "value": "owned"},
-                                        {"kind": "taint", "key": "hybridgpu.io/owned", "effect": "PreferNoSchedule"}])
+    d = manifest.merge(d, "n1", "agents", [{"kind": "user", "name": "hgpu-x"}, {"kind": "user", "name": "sshd"}])
+    d = manifest.merge(d, "n1", "host_firewall", [{"kind": "nft_table", "family": "inet", "name": "hybridgpu"}])
+    d = manifest.merge(d, "n1", "placement", [{"kind": "label", "key": "hybridgpu.io/side", "value": "owned"},
+                                              {"kind": "taint", "key": "hybridgpu.io/owned", "effect": "PreferNoSchedule"}])
     return d
 
 
 def test_plan_removes_only_what_onboarding_added():
-    p = rm.plan(doc())
+    p = removal.plan(doc())
     assert p["nodes"] == [{"cluster": "onprem", "namespace": "", "name": "n1"}]
     assert [s["name"] for s in p["secrets"]] == ["node-n1-token"]
     assert p["packages"] == ["hybridgpu-node-agent"]      # nccl-tests was there before
@@ -49,35 +49,35 @@ def test_plan_removes_only_what_onboarding_added():
 def test_plan_refuses_a_manifest_without_standalone_state():
     d = doc()
     d["pre_onboarding"] = None
-    with pytest.raises(rm.RemovalError, match="pre_onboarding"):
-        rm.plan(d)
+    with pytest.raises(removal.RemovalError, match="pre_onboarding"):
+        removal.plan(d)
 
 
 def test_state_resumes_reports_and_finishes(tmp_path):
-    st = rm.RemovalState(str(tmp_path), "n1", "CHG-1")
+    st = removal.RemovalState(str(tmp_path), "n1", "CHG-1")
     assert st.start(doc()) is True
     assert st.mark("approval") is True and st.mark("approval") is False
-    again = rm.RemovalState(str(tmp_path), "n1", "CHG-1")
+    again = removal.RemovalState(str(tmp_path), "n1", "CHG-1")
     assert again.start(None) is False          # resumes from the snapshot, manifest gone
     rep = again.report()
     assert rep["done"] == ["approval"] and rep["pending"][0] == "drain" and not rep["finished"]
-    assert "done [approval]" in rm.summary(rep)
-    other = rm.RemovalState(str(tmp_path), "n1", "CHG-2")
+    assert "done [approval]" in removal.summary(rep)
+    other = removal.RemovalState(str(tmp_path), "n1", "CHG-2")
     assert other.others_unfinished() == [{"change_id": "CHG-1", "done": ["approval"]}]
-    for step in rm.STEPS[1:]:
+    for step in removal.STEPS[1:]:
         again.mark(step)
     assert again.report()["finished"]
     assert json.load(open(again.path))["finished_at"]
 
 
 def test_no_manifest_and_no_state_changes_nothing(tmp_path):
-    with pytest.raises(rm.RemovalError, match="nothing is removed"):
-        rm.RemovalState(str(tmp_path), "n1", "CHG-1").start(None)
+    with pytest.raises(removal.RemovalError, match="nothing is removed"):
+        removal.RemovalState(str(tmp_path), "n1", "CHG-1").start(None)
 
 
 def test_nft_table_blocks_are_parsed():
     text = PRE["nft_ruleset"] + "table ip nat {\n}\n"
-    assert sorted(rm.nft_tables_in(text)) == [("inet", "site"), ("ip", "nat")]
+    assert sorted(removal.nft_tables_in(text)) == [("inet", "site"), ("ip", "nat")]
 
 
 def fake_node(units_active, dpkg_lines, tables, smi_rc=0, unit_loaded=()):
@@ -102,11 +102,11 @@ def fake_node(units_active, dpkg_lines, tables, smi_rc=0, unit_loaded=()):
 
 
 def test_leftovers_read_every_package_in_one_call():
-    p = rm.plan(doc())
+    p = removal.plan(doc())
     run = fake_node([], ["hybridgpu-node-agent iF  0.1.0-1"], [("inet", "hybridgpu")],
                     unit_loaded=("hybridgpu-node-agent.service",))
-    left = nc.node_leftovers(p, run=run, exists=lambda path: False, user_exists=lambda n: False,
-                             group_exists=lambda n: False, key_present=lambda k: False)
+    left = node_checks.node_leftovers(p, run=run, exists=lambda path: False, user_exists=lambda n: False,
+                                      group_exists=lambda n: False, key_present=lambda k: False)
     # half-configured is still on the node; the table onboarding added is too
     assert left == ["unit hybridgpu-node-agent.service", "package hybridgpu-node-agent",
                     "nft_table inet hybridgpu"]
@@ -114,19 +114,19 @@ def test_leftovers_read_every_package_in_one_call():
 
 
 def test_leftovers_none_when_only_configuration_files_remain():
-    p = rm.plan(doc())
+    p = removal.plan(doc())
     run = fake_node([], ["hybridgpu-node-agent rc  0.1.0-1"], [("inet", "site")])
-    assert nc.node_leftovers(p, run=run, exists=lambda path: False, user_exists=lambda n: False,
-                             group_exists=lambda n: False, key_present=lambda k: False) == []
+    assert node_checks.node_leftovers(p, run=run, exists=lambda path: False, user_exists=lambda n: False,
+                                      group_exists=lambda n: False, key_present=lambda k: False) == []
 
 
 def test_health_counts_held_packages_and_names_what_is_missing():
-    p = rm.plan(doc())
+    p = removal.plan(doc())
     healthy = fake_node(["chrony.service", "slurmd.service"], ["nccl-tests hi  2.13.11-1"], [("inet", "site")])
-    got = nc.health(p, run=healthy)
+    got = node_checks.health(p, run=healthy)
     assert got["ok"] and got["packages_changed_since_onboarding"] == [] and got["missing_units"] == []
     sick = fake_node(["chrony.service"], ["nccl-tests rc  2.13.11-1"], [], smi_rc=9)
-    got = nc.health(p, run=sick)
+    got = node_checks.health(p, run=sick)
     assert not got["ok"] and got["missing_units"] == ["slurmd.service"]
     assert got["packages_changed_since_onboarding"] == ["nccl-tests"]  # reported, not a problem
     assert [x.split(":")[0] for x in got["problems"]] == [
@@ -136,13 +136,13 @@ def test_health_counts_held_packages_and_names_what_is_missing():
 
 @pytest.mark.parametrize("broken", ["dpkg-query", "nft"])
 def test_leftovers_refuse_to_call_a_node_clean_when_a_tool_fails(broken):
-    p = rm.plan(doc())
+    p = removal.plan(doc())
     base = fake_node([], [], [])
 
     def run(argv):
         if argv[0] == broken:
             return 127, "", "%s: command not found" % broken
         return base(argv)
-    with pytest.raises(nc.NodeReadError, match=r"(?s)^%s .*failed \(rc=127\): %s: command not found" % (broken, broken)):
-        nc.node_leftovers(p, run=run, exists=lambda path: False, user_exists=lambda n: False,
-                          group_exists=lambda n: False, key_present=lambda k: False)
+    with pytest.raises(node_checks.NodeReadError, match=r"(?s)^%s .*failed \(rc=127\): %s: command not found" % (broken, broken)):
+        node_checks.node_leftovers(p, run=run, exists=lambda path: False, user_exists=lambda n: False,
+                                   group_exists=lambda n: False, key_present=lambda k: False)

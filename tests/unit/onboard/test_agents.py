@@ -3,11 +3,11 @@ import os
 
 import pytest
 
-from ansible_collections.hybridgpu.fleet.plugins.module_utils.onboard import agents as ag
-from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import boundary as bd
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.onboard import agents
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import boundary
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-ALLOWED = bd.load_boundary(os.path.join(ROOT, "inventories", "lab", "preflight", "boundary.yml")).allowed_agents()
+ALLOWED = boundary.load_boundary(os.path.join(ROOT, "inventories", "lab", "preflight", "boundary.yml")).allowed_agents()
 
 EXPORTER = {"name": "hybridgpu-gpu-exporter",
             "binary": {"src": "hybridgpu-gpu-exporter.py", "dest": "/usr/local/lib/hybridgpu/gpu-exporter.py"},
@@ -17,7 +17,7 @@ EXPORTER = {"name": "hybridgpu-gpu-exporter",
 
 
 def test_allowed_agent_gets_a_least_privilege_dropin():
-    (agent,) = ag.check([EXPORTER], ALLOWED)
+    (agent,) = agents.check([EXPORTER], ALLOWED)
     assert agent["dedicated_user"] is True
     lines = agent["dropin"].splitlines()
     for want in ("User=hgpu-gpu-exporter", "NoNewPrivileges=yes", "ProtectSystem=strict",
@@ -26,7 +26,7 @@ def test_allowed_agent_gets_a_least_privilege_dropin():
 
 
 def test_capabilities_and_overrides_are_kept():
-    text = ag.dropin("root", ["CAP_NET_BIND_SERVICE"], {"ProtectSystem": "full"})
+    text = agents.dropin("root", ["CAP_NET_BIND_SERVICE"], {"ProtectSystem": "full"})
     assert "CapabilityBoundingSet=CAP_NET_BIND_SERVICE" in text and "ProtectSystem=full" in text
     assert "User=" not in text
 
@@ -41,8 +41,8 @@ def test_capabilities_and_overrides_are_kept():
     ({"colour": "red"}, "unknown field"),
 ])
 def test_bad_agents_are_refused(change, needle):
-    with pytest.raises(ag.AgentError) as err:
-        ag.check([dict(EXPORTER, **change)], ALLOWED)
+    with pytest.raises(agents.AgentError) as err:
+        agents.check([dict(EXPORTER, **change)], ALLOWED)
     assert needle in str(err.value)
 
 
@@ -50,5 +50,5 @@ def test_management_agent_outbound_matches_the_boundary():
     agent = {"name": "hybridgpu-node-agent", "package": "hybridgpu-node-agent",
              "systemd_unit": "hybridgpu-node-agent.service", "user": "root",
              "outbound": ["10.213.77.1/32:6443"], "hardening": {"ProtectSystem": "full"}}
-    (out,) = ag.check([agent], ALLOWED)
+    (out,) = agents.check([agent], ALLOWED)
     assert out["dedicated_user"] is False and out["outbound"] == ["10.213.77.1/32:6443"]

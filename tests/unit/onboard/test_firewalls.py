@@ -4,10 +4,10 @@ import os
 
 import pytest
 
-from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import boundary as bd
-from ansible_collections.hybridgpu.fleet.plugins.module_utils.onboard import host_rules as fr
-from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import path_map as pt
-from ansible_collections.hybridgpu.fleet.plugins.module_utils.onboard import cloud_firewall as pf
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.common.boundary import load_boundary
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.onboard import host_rules
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import path_map
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.onboard import cloud_firewall
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 PRE = os.path.join(ROOT, "inventories", "lab", "preflight")
@@ -15,17 +15,17 @@ PRE = os.path.join(ROOT, "inventories", "lab", "preflight")
 
 @pytest.fixture(scope="module")
 def table():
-    return pt.load_path_table(os.path.join(PRE, "paths.yml"))
+    return path_map.load_path_table(os.path.join(PRE, "paths.yml"))
 
 
 @pytest.fixture(scope="module")
 def boundary():
-    return bd.load_boundary(os.path.join(PRE, "boundary.yml"))
+    return load_boundary(os.path.join(PRE, "boundary.yml"))
 
 
 def test_owned_node_gets_ssh_from_the_narrowest_source_and_the_boundary_egress(table, boundary):
     extra = [{"name": "scrape", "protocol": "tcp", "ports": [9400], "sources": ["10.213.77.1/32"]}]
-    res = fr.host_rules(table, boundary, "owned-a100-1", extra_inbound=extra)
+    res = host_rules.host_rules(table, boundary, "owned-a100-1", extra_inbound=extra)
     assert res["management_sources"] == ["10.213.77.1/32"]
     # The path table's scrape paths (control host -> exporters) come first, then the extra rule.
     assert res["inbound"] == [
@@ -38,15 +38,15 @@ def test_owned_node_gets_ssh_from_the_narrowest_source_and_the_boundary_egress(t
 
 
 def test_no_management_path_means_no_firewall(table, boundary):
-    with pytest.raises(fr.RulesError, match="would cut the management path"):
-        fr.host_rules(table, boundary, "cloud-h200-1")
+    with pytest.raises(host_rules.RulesError, match="would cut the management path"):
+        host_rules.host_rules(table, boundary, "cloud-h200-1")
 
 
 def test_extra_rule_may_not_shadow_a_path(table, boundary):
-    with pytest.raises(fr.RulesError, match="clashes"):
-        fr.host_rules(table, boundary, "owned-a100-1", extra_inbound=[{"name": "mgmt-ssh"}])
-    with pytest.raises(fr.RulesError, match="clashes"):
-        fr.host_rules(table, boundary, "owned-a100-1", extra_inbound=[{"name": "scrape"}, {"name": "scrape"}])
+    with pytest.raises(host_rules.RulesError, match="clashes"):
+        host_rules.host_rules(table, boundary, "owned-a100-1", extra_inbound=[{"name": "mgmt-ssh"}])
+    with pytest.raises(host_rules.RulesError, match="clashes"):
+        host_rules.host_rules(table, boundary, "owned-a100-1", extra_inbound=[{"name": "scrape"}, {"name": "scrape"}])
 
 
 def test_provider_rules_use_the_site_arrival_address(table):
@@ -55,12 +55,12 @@ def test_provider_rules_use_the_site_arrival_address(table):
         "id": "site-to-cloud-ssh", "source": {"group": "owned"}, "destination": {"group": "cloud"},
         "direction": "outbound_from_site", "protocol": "tcp", "ports": [[22, 22]], "purpose": "x",
         "management": False, "expected": "allow", "narrowest_source": "10.213.77.8/29"}]
-    t2 = pt.PathTable(doc, "paths.yml")
-    rules = fr.provider_rules(t2, "cloud-h200-1", arrival=["198.51.100.7/32"])
+    t2 = path_map.PathTable(doc, "paths.yml")
+    rules = host_rules.provider_rules(t2, "cloud-h200-1", arrival=["198.51.100.7/32"])
     assert rules == [{"name": "site-to-cloud-ssh", "protocol": "tcp", "ports": ["22"],
                       "sources": ["198.51.100.7/32"]}]
     # without a declared arrival address the narrowest source stays
-    assert fr.provider_rules(t2, "cloud-h200-1")[0]["sources"] == ["10.213.77.8/29"]
+    assert host_rules.provider_rules(t2, "cloud-h200-1")[0]["sources"] == ["10.213.77.8/29"]
 
 
 class FakeNft:
@@ -91,12 +91,12 @@ RULES = [{"name": "scrape", "protocol": "tcp", "ports": ["9400"], "sources": ["1
 
 def test_lab_provider_apply_list_delete(tmp_path):
     nft = FakeNft()
-    fw = pf.LabNftProvider(nft, ["10.213.77.1/32"], state_dir=str(tmp_path))
-    assert fw.list() is None and pf.all_open(fw.list())
+    fw = cloud_firewall.LabNftProvider(nft, ["10.213.77.1/32"], state_dir=str(tmp_path))
+    assert fw.list() is None and cloud_firewall.all_open(fw.list())
     assert fw.apply(RULES, check_mode=True) is True and nft.table is None
     assert fw.apply(RULES) is True
     assert 'ip saddr 10.213.77.1/32 tcp dport 9400 accept comment "scrape"' in nft.table
-    assert fw.list() == pf.normalize_rules(RULES) and not pf.all_open(fw.list())
+    assert fw.list() == cloud_firewall.normalize_rules(RULES) and not cloud_firewall.all_open(fw.list())
     assert fw.apply(RULES) is False  # idempotent
     nft.table += "# changed by hand\n"
     assert fw.list()[0]["name"] == "unmanaged" and fw.apply(RULES) is True  # drift is repaired
@@ -110,11 +110,11 @@ def test_lab_provider_apply_list_delete(tmp_path):
     (dict(RULES[0], sources=["nope"]), "not a CIDR"),
 ])
 def test_bad_provider_rules(rule, needle):
-    with pytest.raises(pf.ProviderError, match=needle):
-        pf.normalize_rules([rule])
+    with pytest.raises(cloud_firewall.ProviderError, match=needle):
+        cloud_firewall.normalize_rules([rule])
 
 
 def test_all_open_detection():
-    assert pf.all_open(None)
-    assert pf.all_open([{"sources": ["::/0"]}])
-    assert not pf.all_open([])
+    assert cloud_firewall.all_open(None)
+    assert cloud_firewall.all_open([{"sources": ["::/0"]}])
+    assert not cloud_firewall.all_open([])

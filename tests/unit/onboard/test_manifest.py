@@ -7,33 +7,33 @@ import sys
 
 import pytest
 
-from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import manifest as mf
-from ansible_collections.hybridgpu.fleet.plugins.module_utils.lifecycle import removal as rm
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import manifest
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.lifecycle import removal
 
 from hgpu_testenv import REPO
 
 
 def test_sections_merge_and_reruns_are_stable(tmp_path):
     path = str(tmp_path / "m" / "n1.json")
-    doc = mf.merge(None, "n1", pre_onboarding={"active_units": ["ssh.service"]})
-    doc = mf.merge(doc, "n1", "join", [{"kind": "package", "name": "agent"},
-                                       {"kind": "file", "path": "/etc/x", "mode": "0600"}],
-                   facts={"cluster": "onprem"})
-    assert mf.write(path, doc) is True
-    again = mf.merge(mf.load(path), "n1", "join", [{"kind": "file", "path": "/etc/x", "mode": "0600"}])
-    assert mf.write(path, again) is False  # byte-identical
-    assert [a["kind"] for a in mf.artefacts(again)] == ["file", "package"]  # earlier ones kept
-    later = mf.merge(again, "n1", pre_onboarding={"active_units": ["other"]})
+    doc = manifest.merge(None, "n1", pre_onboarding={"active_units": ["ssh.service"]})
+    doc = manifest.merge(doc, "n1", "join", [{"kind": "package", "name": "agent"},
+                                             {"kind": "file", "path": "/etc/x", "mode": "0600"}],
+                         facts={"cluster": "onprem"})
+    assert manifest.write(path, doc) is True
+    again = manifest.merge(manifest.load(path), "n1", "join", [{"kind": "file", "path": "/etc/x", "mode": "0600"}])
+    assert manifest.write(path, again) is False  # byte-identical
+    assert [a["kind"] for a in manifest.artefacts(again)] == ["file", "package"]  # earlier ones kept
+    later = manifest.merge(again, "n1", pre_onboarding={"active_units": ["other"]})
     assert later["pre_onboarding"] == {"active_units": ["ssh.service"]}  # recorded once
     assert oct(os.stat(path).st_mode & 0o777) == "0o640"
     assert json.loads(open(path).read())["sections"]["join"]["facts"] == {"cluster": "onprem"}
 
 
 def test_replace_makes_the_section_exact():
-    doc = mf.merge(None, "n1", "placement", [{"kind": "label", "key": "a/b", "value": "1"},
-                                             {"kind": "label", "key": "a/c", "value": "2"}])
-    doc = mf.merge(doc, "n1", "placement", [{"kind": "label", "key": "a/b", "value": "3"}], replace=True)
-    assert mf.artefacts(doc, "label") == [{"kind": "label", "key": "a/b", "value": "3", "section": "placement"}]
+    doc = manifest.merge(None, "n1", "placement", [{"kind": "label", "key": "a/b", "value": "1"},
+                                                   {"kind": "label", "key": "a/c", "value": "2"}])
+    doc = manifest.merge(doc, "n1", "placement", [{"kind": "label", "key": "a/b", "value": "3"}], replace=True)
+    assert manifest.artefacts(doc, "label") == [{"kind": "label", "key": "a/b", "value": "3", "section": "placement"}]
 
 
 @pytest.mark.parametrize("art, needle", [
@@ -43,22 +43,22 @@ def test_replace_makes_the_section_exact():
     ("file", "expected a dict"),
 ])
 def test_bad_artefacts_name_the_section(art, needle):
-    with pytest.raises(mf.ManifestError) as err:
-        mf.merge(None, "n1", "join", [art])
+    with pytest.raises(manifest.ManifestError) as err:
+        manifest.merge(None, "n1", "join", [art])
     assert "join.artefacts[0]" in str(err.value) and needle in str(err.value)
 
 
 def test_manifest_of_another_node_is_refused():
-    with pytest.raises(mf.ManifestError, match="belongs to node"):
-        mf.merge(mf.empty("n1"), "n2", "join", [])
+    with pytest.raises(manifest.ManifestError, match="belongs to node"):
+        manifest.merge(manifest.empty("n1"), "n2", "join", [])
 
 
 def test_corrupt_file_is_reported(tmp_path):
     p = tmp_path / "bad.json"
     p.write_text("{")
-    with pytest.raises(mf.ManifestError, match="not valid JSON"):
-        mf.load(str(p))
-    assert mf.load(str(tmp_path / "none.json")) is None
+    with pytest.raises(manifest.ManifestError, match="not valid JSON"):
+        manifest.load(str(p))
+    assert manifest.load(str(tmp_path / "none.json")) is None
 
 
 # --- what onboarding created, through the module the roles call --------------------------
@@ -109,8 +109,8 @@ def test_what_the_node_had_before_is_never_recorded_and_never_removed(tmp_path):
     path = str(tmp_path / "manifests" / "n1.json")
     agents, join = onboard(path)
     assert not agents.get("failed") and not join.get("failed"), (agents, join)
-    doc = mf.load(path)
-    recorded = [(a["kind"], a.get("name") or a.get("path")) for a in mf.artefacts(doc)]
+    doc = manifest.load(path)
+    recorded = [(a["kind"], a.get("name") or a.get("path")) for a in manifest.artefacts(doc)]
     assert ("package", "prometheus-node-exporter") not in recorded
     assert ("user", "prometheus") not in recorded
     assert ("directory", "/etc/hybridgpu") not in recorded
@@ -121,12 +121,12 @@ def test_what_the_node_had_before_is_never_recorded_and_never_removed(tmp_path):
     assert [a["name"] for a in agents["had"]] == ["prometheus-node-exporter", "prometheus"]
     assert [a["path"] for a in join["had"]] == ["/etc/hybridgpu"]
     # the manifest's own folder stays listed, marked as not created by onboarding
-    folder = [a for a in mf.artefacts(doc, "directory") if a["path"] == "/var/lib/hybridgpu"]
+    folder = [a for a in manifest.artefacts(doc, "directory") if a["path"] == "/var/lib/hybridgpu"]
     assert folder == [{"kind": "directory", "path": "/var/lib/hybridgpu", "created": False, "section": "join"}]
     # the node copy is the same text as the control-host file
     assert join["text"] == open(path, encoding="utf-8").read()
     # and so removal never touches them
-    plan = rm.plan(doc)
+    plan = removal.plan(doc)
     assert plan["packages"] == ["hybridgpu-node-agent"]
     assert plan["users"] == ["hgpu-gpu-exporter"]
     assert "/etc/hybridgpu" not in plan["directories"] and "/var/lib/hybridgpu" not in plan["directories"]
@@ -141,10 +141,10 @@ def onboard_again(path):
 
 
 def test_created_splits_what_onboarding_made_from_what_the_node_had():
-    made, had = mf.created(PRE, AGENTS + JOIN)
+    made, had = manifest.created(PRE, AGENTS + JOIN)
     assert ("package", "prometheus-node-exporter") in [(a["kind"], a.get("name")) for a in had]
     assert all("record_always" not in a for a in made + had)
-    assert mf.created({}, [{"kind": "package", "name": "x"}]) == ([{"kind": "package", "name": "x"}], [])
+    assert manifest.created({}, [{"kind": "package", "name": "x"}]) == ([{"kind": "package", "name": "x"}], [])
 
 
 def _no_manifest(tmp_path):
@@ -162,7 +162,7 @@ def _a_list(tmp_path):
 
 
 def _no_baseline(tmp_path):
-    (tmp_path / "m.json").write_text(mf.dumps(mf.empty("n1")))
+    (tmp_path / "m.json").write_text(manifest.dumps(manifest.empty("n1")))
     return str(tmp_path / "m.json")
 
 

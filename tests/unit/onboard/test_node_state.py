@@ -5,7 +5,7 @@ import subprocess
 
 import pytest
 
-from ansible_collections.hybridgpu.fleet.plugins.module_utils.parsers import node_state as ns
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.parsers import node_state
 
 LIST_UNITS = """\
 chrony.service                 loaded active running chrony, an NTP client/server
@@ -39,16 +39,16 @@ table inet hybridgpu {
 
 
 def test_active_units_are_the_first_column():
-    assert ns.active_units(LIST_UNITS) == ["chrony.service", "dbus.service", "slurmd.service"]
-    assert ns.active_units("") == []
+    assert node_state.active_units(LIST_UNITS) == ["chrony.service", "dbus.service", "slurmd.service"]
+    assert node_state.active_units("") == []
 
 
 def test_nft_tables_from_list_tables_and_from_a_ruleset():
     listing = "table inet filter\ntable ip nat\ntable inet hybridgpu\n"
     want = [("inet", "filter"), ("ip", "nat"), ("inet", "hybridgpu")]
-    assert ns.nft_tables(listing) == want
-    assert ns.nft_tables(RULESET) == want
-    assert ns.nft_tables("") == []
+    assert node_state.nft_tables(listing) == want
+    assert node_state.nft_tables(RULESET) == want
+    assert node_state.nft_tables("") == []
 
 
 @pytest.mark.parametrize("name, abbrev, is_configured, is_present", [
@@ -62,16 +62,16 @@ def test_nft_tables_from_list_tables_and_from_a_ruleset():
     ("libc6", "ii", True, True),                   # architecture qualifier dropped
 ])
 def test_dpkg_status_lines(name, abbrev, is_configured, is_present):
-    status = ns.dpkg_status(DPKG)
+    status = node_state.dpkg_status(DPKG)
     assert status[name][0] == abbrev
-    assert ns.configured(abbrev) is is_configured
-    assert ns.present(abbrev) is is_present
+    assert node_state.configured(abbrev) is is_configured
+    assert node_state.present(abbrev) is is_present
 
 
 def test_installed_versions_only_for_configured_packages():
     wanted = ["nvidia-driver-535", "nvidia-driver-550", "hybridgpu-node-agent", "nccl-tests",
               "old-exporter", "purged-pkg", "libc6", "never-heard-of"]
-    assert ns.installed_versions(DPKG, wanted) == {
+    assert node_state.installed_versions(DPKG, wanted) == {
         "nvidia-driver-535": "535.216.03-1", "nvidia-driver-550": "550.163.01-1",
         "hybridgpu-node-agent": None, "nccl-tests": None, "old-exporter": "1.0-1",
         "purged-pkg": None, "libc6": "2.36-9+deb12u9", "never-heard-of": None}
@@ -80,9 +80,9 @@ def test_installed_versions_only_for_configured_packages():
 @pytest.mark.skipif(shutil.which("dpkg-query") is None, reason="needs dpkg-query (Debian control host)")
 def test_real_dpkg_query_output():
     # One call for several names, one of them unknown: rc 1, the known one still listed.
-    res = subprocess.run(["dpkg-query", "-W", "-f=" + ns.DPKG_QUERY_FORMAT, "dpkg", "no-such-package-hgpu"],
+    res = subprocess.run(["dpkg-query", "-W", "-f=" + node_state.DPKG_QUERY_FORMAT, "dpkg", "no-such-package-hgpu"],
                          capture_output=True, text=True, check=False)
     assert res.returncode == 1 and "no-such-package-hgpu" in res.stderr
-    got = ns.installed_versions(res.stdout, ["dpkg", "no-such-package-hgpu"])
+    got = node_state.installed_versions(res.stdout, ["dpkg", "no-such-package-hgpu"])
     assert got["no-such-package-hgpu"] is None
     assert got["dpkg"] and got["dpkg"][0].isdigit()

@@ -1,9 +1,9 @@
 """Placement planning and the read-plan-write loop (409 -> re-read) without a cluster."""
 import pytest
 
-from ansible_collections.hybridgpu.fleet.plugins.module_utils.onboard import placement as pl
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.onboard import placement
 
-PREFIXES = pl.DEFAULT_PREFIXES
+PREFIXES = placement.DEFAULT_PREFIXES
 
 
 def node(labels=None, taints=None, rv="7"):
@@ -12,8 +12,8 @@ def node(labels=None, taints=None, rv="7"):
 
 
 def test_label_outside_prefixes_is_refused_naming_it():
-    with pytest.raises(pl.PlacementError) as err:
-        pl.normalize({"hybridgpu.io/side": "owned", "example.com/team": "a"}, [])
+    with pytest.raises(placement.PlacementError) as err:
+        placement.normalize({"hybridgpu.io/side": "owned", "example.com/team": "a"}, [])
     assert "labels[example.com/team]" in str(err.value) and "outside the allowed prefixes" in str(err.value)
 
 
@@ -26,13 +26,13 @@ def test_label_outside_prefixes_is_refused_naming_it():
     ({}, [{"key": "hybridgpu.io/x", "effect": "NoSchedule", "colour": 1}], "unknown field"),
 ])
 def test_bad_declarations(labels, taints, needle):
-    with pytest.raises(pl.PlacementError) as err:
-        pl.normalize(labels, taints)
+    with pytest.raises(placement.PlacementError) as err:
+        placement.normalize(labels, taints)
     assert needle in str(err.value)
 
 
 def test_values_are_converted_to_strings():
-    labels, dummy = pl.normalize({"hybridgpu.io/gpus": 8, "hybridgpu.io/ok": True}, [])
+    labels, dummy = placement.normalize({"hybridgpu.io/gpus": 8, "hybridgpu.io/ok": True}, [])
     assert labels == {"hybridgpu.io/gpus": "8", "hybridgpu.io/ok": "true"}
 
 
@@ -41,10 +41,10 @@ def test_plan_sets_removes_and_leaves_foreign_keys_alone():
                            "hybridgpu.io/old": "x", "nvidia.com/gpu.count": "8"},
                    taints=[{"key": "node.kubernetes.io/unreachable", "effect": "NoSchedule"},
                            {"key": "hybridgpu.io/gone", "effect": "NoExecute", "timeAdded": "t"}])
-    labels, taints = pl.normalize({"hybridgpu.io/side": "owned",
-                                   "node-restriction.kubernetes.io/data-class": "restricted"},
-                                  [{"key": "hybridgpu.io/owned", "value": "true", "effect": "PreferNoSchedule"}])
-    res = pl.plan(current, labels, taints, PREFIXES)
+    labels, taints = placement.normalize({"hybridgpu.io/side": "owned",
+                                          "node-restriction.kubernetes.io/data-class": "restricted"},
+                                         [{"key": "hybridgpu.io/owned", "value": "true", "effect": "PreferNoSchedule"}])
+    res = placement.plan(current, labels, taints, PREFIXES)
     assert res["changed"]
     assert res["patch"]["metadata"] == {
         "resourceVersion": "7",
@@ -56,24 +56,24 @@ def test_plan_sets_removes_and_leaves_foreign_keys_alone():
     assert res["removed_labels"] == ["hybridgpu.io/old"]
     assert res["removed_taints"] == [{"key": "hybridgpu.io/gone", "effect": "NoExecute"}]
     assert res["before"]["labels"] == {"hybridgpu.io/side": "cloud", "hybridgpu.io/old": "x"}
-    d = pl.diff_text(res)
+    d = placement.diff_text(res)
     assert "label hybridgpu.io/old=x" in d["before"] and "hybridgpu.io/old" not in d["after"]
     assert "taint hybridgpu.io/owned=true:PreferNoSchedule" in d["after"]
 
 
 def test_plan_is_a_no_op_when_converged():
-    labels, taints = pl.normalize({"hybridgpu.io/side": "owned"},
-                                  [{"key": "hybridgpu.io/owned", "value": "true", "effect": "PreferNoSchedule"}])
+    labels, taints = placement.normalize({"hybridgpu.io/side": "owned"},
+                                         [{"key": "hybridgpu.io/owned", "value": "true", "effect": "PreferNoSchedule"}])
     current = node(labels={"hybridgpu.io/side": "owned", "kubernetes.io/hostname": "n1"},
                    taints=[{"key": "hybridgpu.io/owned", "value": "true", "effect": "PreferNoSchedule",
                             "timeAdded": "2026-01-01T00:00:00Z"}])
-    res = pl.plan(current, labels, taints, PREFIXES)
+    res = placement.plan(current, labels, taints, PREFIXES)
     assert not res["changed"] and res["patch"] is None
 
 
 def test_labels_only_change_does_not_touch_taints():
-    labels, taints = pl.normalize({"hybridgpu.io/side": "owned"}, [])
-    res = pl.plan(node(), labels, taints, PREFIXES)
+    labels, taints = placement.normalize({"hybridgpu.io/side": "owned"}, [])
+    res = placement.plan(node(), labels, taints, PREFIXES)
     assert "spec" not in res["patch"]
 
 
@@ -113,24 +113,24 @@ class FakeKube:
 
 def test_conflict_rereads_and_retries_with_the_new_resource_version():
     kube = FakeKube(conflicts=1)
-    res = pl.ensure(kube, "n1", {"hybridgpu.io/side": "owned"}, [])
+    res = placement.ensure(kube, "n1", {"hybridgpu.io/side": "owned"}, [])
     assert res["attempts"] == 2 and kube.gets == 2
     assert [p["metadata"]["resourceVersion"] for p in kube.patches] == ["7", "8"]
     assert kube.node["metadata"]["labels"] == {"hybridgpu.io/side": "owned"}
-    again = pl.ensure(kube, "n1", {"hybridgpu.io/side": "owned"}, [])
+    again = placement.ensure(kube, "n1", {"hybridgpu.io/side": "owned"}, [])
     assert not again["changed"] and len(kube.patches) == 2
 
 
 def test_check_mode_writes_nothing():
     kube = FakeKube(conflicts=0)
-    res = pl.ensure(kube, "n1", {"hybridgpu.io/side": "owned"}, [], check_mode=True)
+    res = placement.ensure(kube, "n1", {"hybridgpu.io/side": "owned"}, [], check_mode=True)
     assert res["changed"] and kube.patches == []
 
 
 def test_missing_node_and_bad_input_fail_before_any_write():
-    with pytest.raises(pl.PlacementError, match="join the node first"):
-        pl.ensure(FakeKube(exists=False), "n1", {"hybridgpu.io/side": "owned"}, [])
+    with pytest.raises(placement.PlacementError, match="join the node first"):
+        placement.ensure(FakeKube(exists=False), "n1", {"hybridgpu.io/side": "owned"}, [])
     kube = FakeKube()
-    with pytest.raises(pl.PlacementError):
-        pl.ensure(kube, "n1", {"team.example.com/x": "y"}, [])
+    with pytest.raises(placement.PlacementError):
+        placement.ensure(kube, "n1", {"team.example.com/x": "y"}, [])
     assert kube.gets == 0 and kube.patches == []

@@ -1,33 +1,33 @@
 """Shared world for protocol tests: in-memory backends and a fake clock."""
-from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow import backends as b
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow import backends
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow.protocol import Dispatcher
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow.tracker import Tracker
 
 
 class Clock(object):
     def __init__(self, start=1_700_000_000.0):
-        self.t = start
+        self.now = start
 
     def __call__(self):
-        self.t += 0.001
-        return self.t
+        self.now += 0.001
+        return self.now
 
 
 class Ids(object):
     def __init__(self):
-        self.n = 0
+        self.count = 0
 
     def __call__(self):
-        self.n += 1
-        return "att-%d" % self.n
+        self.count += 1
+        return "att-%d" % self.count
 
 
 class World(object):
     def __init__(self, db=":memory:", path="policy", **caps):
-        self.local = b.MemoryLocalQueue()
-        self.storage = b.MemoryStorage()
-        self.cloud = b.MemoryCloud(self.storage)
-        self.stager = b.MemoryStager(self.storage)
+        self.local = backends.MemoryLocalQueue()
+        self.storage = backends.MemoryStorage()
+        self.cloud = backends.MemoryCloud(self.storage)
+        self.stager = backends.MemoryStager(self.storage)
         self.tracker = Tracker(db, clock=Clock())
         self.disp = Dispatcher(self.local, self.cloud, self.stager, self.tracker, path, id_factory=Ids(), **caps)
 
@@ -39,7 +39,7 @@ class World(object):
             self.cloud.advance(job_id)
 
     def both_sides(self, job_id):
-        return self.local.state(job_id) == b.Q_RUNNING and self.cloud.live(job_id)
+        return self.local.state(job_id) == backends.Q_RUNNING and self.cloud.live(job_id)
 
 
 INPUTS = [{"name": "data.bin", "size": 1000}, {"name": "shards", "size": 4000, "shared": True}]

@@ -3,19 +3,19 @@ import random
 
 import pytest
 
-from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow import drillstats as d
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow import drillstats
 
 
 def test_spread_kinds():
     v = list(range(1, 12))     # 1..11
-    assert d.spread(v, "iqr") == pytest.approx(8.5 - 3.5)
-    assert d.spread(v, "p10-p90") == pytest.approx(10 - 2)
+    assert drillstats.spread(v, "iqr") == pytest.approx(8.5 - 3.5)
+    assert drillstats.spread(v, "p10-p90") == pytest.approx(10 - 2)
     with pytest.raises(ValueError):
-        d.spread(v, "range")
+        drillstats.spread(v, "range")
 
 
 def test_needs_min_runs():
-    r = d.should_stop({"transfer": [1, 1, 1]}, min_runs=5)
+    r = drillstats.should_stop({"transfer": [1, 1, 1]}, min_runs=5)
     assert not r["stop"] and "fewer than 5" in r["reason"]
 
 
@@ -25,7 +25,7 @@ def test_stops_when_spread_settles():
     queue = [900 + rnd.gauss(0, 60) for dummy in range(200)]
     stopped = None
     for n in range(1, 201):
-        r = d.should_stop({"transfer": transfer[:n], "queue": queue[:n]}, rel_tol=0.05, min_runs=5, max_runs=200)
+        r = drillstats.should_stop({"transfer": transfer[:n], "queue": queue[:n]}, rel_tol=0.05, min_runs=5, max_runs=200)
         if r["stop"]:
             stopped = r
             break
@@ -36,38 +36,38 @@ def test_stops_when_spread_settles():
 
 def test_shifting_spread_keeps_going_until_max():
     growing = [float(2 ** i) for i in range(12)]
-    r = d.should_stop({"transfer": growing[:8]}, min_runs=5, max_runs=12)
+    r = drillstats.should_stop({"transfer": growing[:8]}, min_runs=5, max_runs=12)
     assert not r["stop"] and r["reason"] == "spread still shifting"
-    r = d.should_stop({"transfer": growing}, min_runs=5, max_runs=12)
+    r = drillstats.should_stop({"transfer": growing}, min_runs=5, max_runs=12)
     assert r["stop"] and not r["settled"] and r["reason"].startswith("max runs reached")
 
 
 def test_constant_values_settle():
-    r = d.should_stop({"queue": [5.0] * 6}, min_runs=5)
+    r = drillstats.should_stop({"queue": [5.0] * 6}, min_runs=5)
     assert r["stop"] and r["settled"]
 
 
 def test_bad_input():
     with pytest.raises(ValueError):
-        d.should_stop({"a": [1, 2], "b": [1]})
+        drillstats.should_stop({"a": [1, 2], "b": [1]})
     with pytest.raises(ValueError):
-        d.should_stop({})
+        drillstats.should_stop({})
 
 
 def test_curves_within_tolerance():
     ref = {s: 2.0 / (1 + s) for s in range(0, 100, 10)}
     cand = [(s, v * 1.001) for s, v in ref.items()]
-    r = d.compare_curves(ref, cand, rel_tol=0.01)
+    r = drillstats.compare_curves(ref, cand, rel_tol=0.01)
     assert r["ok"] and r["compared"] == 10
 
 
 def test_curves_outside_tolerance_and_missing():
     ref = {0: 1.0, 10: 0.5, 20: 0.25}
-    r = d.compare_curves(ref, {0: 1.0, 10: 0.7}, abs_tol=0.05)
+    r = drillstats.compare_curves(ref, {0: 1.0, 10: 0.7}, abs_tol=0.05)
     assert not r["ok"] and r["failed_steps"] == [10] and r["missing_steps"] == [20]
     assert r["worst_step"] == 10 and r["max_abs_diff"] == pytest.approx(0.2)
 
 
 def test_tolerance_must_be_set_beforehand():
     with pytest.raises(ValueError):
-        d.compare_curves({0: 1}, {0: 1})
+        drillstats.compare_curves({0: 1}, {0: 1})

@@ -1,10 +1,10 @@
-"""Image digests before submit (issue 6, "Images"): cached when the cloud pool's copy has the on-prem
+"""Image digests before submit: cached when the cloud pool's copy has the on-prem
 digest, a verified cold pull otherwise, both digests in the attempt log."""
 import json
 
 import pytest
 
-from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow import backends as b
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow import backends
 
 from ovf_world import INPUTS, World
 
@@ -13,7 +13,7 @@ IMG = {"name": "overflow-job-small.tar"}
 
 def world():
     w = World()
-    w.storage.onprem_images[IMG["name"]] = b._content("img", 5000)
+    w.storage.onprem_images[IMG["name"]] = backends._content("img", 5000)
     return w
 
 
@@ -33,7 +33,7 @@ def test_absent_image_is_pulled_and_verified():
     w = world()
     got = w.stager.ensure_image("j1", IMG)
     assert got["outcome"] == "cold_pull" and got["cached_digest"] is None and got["bytes_sent"] == 5000
-    assert got["verified_digest"] == got["onprem_digest"] == b.sha256_hex(w.storage.image_cache[IMG["name"]])
+    assert got["verified_digest"] == got["onprem_digest"] == backends.sha256_hex(w.storage.image_cache[IMG["name"]])
     assert w.stager.ensure_image("j2", IMG)["outcome"] == "cached" and w.stager.image_pulls == 1
 
 
@@ -49,14 +49,14 @@ def test_corrupted_cache_is_pulled_again():
 def test_pull_that_lands_damaged_is_removed_and_raises():
     w = world()
     w.stager.corrupt_pull_next = 1
-    with pytest.raises(b.TransferInterrupted, match="after the pull"):
+    with pytest.raises(backends.TransferInterrupted, match="after the pull"):
         w.stager.ensure_image("j1", IMG)
     assert IMG["name"] not in w.storage.image_cache
 
 
 def test_declared_digest_must_match_the_onprem_copy():
     w = world()
-    with pytest.raises(b.TransferInterrupted, match="declares"):
+    with pytest.raises(backends.TransferInterrupted, match="declares"):
         w.stager.ensure_image("j1", dict(IMG, digest="sha256:" + "0" * 64))
 
 
@@ -89,4 +89,4 @@ def test_image_that_never_verifies_releases_the_job_and_sends_nothing():
     w.add("j1")
     res = w.disp.dispatch("j1", "small-input", {}, INPUTS, image=IMG)
     assert res["outcome"] == "released" and "image" in res["reason"]
-    assert w.cloud.creations == [] and w.local.state("j1") == b.Q_QUEUED
+    assert w.cloud.creations == [] and w.local.state("j1") == backends.Q_QUEUED

@@ -1,8 +1,8 @@
 """Dispatch protocol: one deterministic test per drill failure, each asserting the seed's target outcome."""
 import pytest
 
-from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow import backends as b
-from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow import protocol as p
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow import backends
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow import protocol
 
 from ovf_world import INPUTS, World
 
@@ -25,26 +25,26 @@ def steps(w, job_id="job-1"):
 
 
 def test_cloud_job_name_is_dns_safe_and_deterministic():
-    n1 = p.cloud_job_name("slurm/12345_[train]")
-    assert n1 == p.cloud_job_name("slurm/12345_[train]")
+    n1 = protocol.cloud_job_name("slurm/12345_[train]")
+    assert n1 == protocol.cloud_job_name("slurm/12345_[train]")
     assert n1.startswith("ovf-slurm-12345-train-")
-    long = p.cloud_job_name("X" * 200)
+    long = protocol.cloud_job_name("X" * 200)
     assert len(long) <= 63 and long[-1] != "-"
-    assert p.cloud_job_name("___") .startswith("ovf-") and len(p.cloud_job_name("___")) == 12
-    assert p.cloud_job_name("a/b") != p.cloud_job_name("a-b")   # the hash keeps them apart
+    assert protocol.cloud_job_name("___") .startswith("ovf-") and len(protocol.cloud_job_name("___")) == 12
+    assert protocol.cloud_job_name("a/b") != protocol.cloud_job_name("a-b")   # the hash keeps them apart
     import re
-    for n in (n1, long, p.cloud_job_name("Ünïcode job")):
+    for n in (n1, long, protocol.cloud_job_name("Ünïcode job")):
         assert re.match(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", n) and len(n) <= 63
 
 
 def test_happy_path_commits_once_and_releases(w):
     r = w.disp.dispatch("job-1", "small-input", {"image": "x"}, INPUTS)
     assert r["outcome"] == "submitted" and r["path"] == "policy"
-    assert w.local.state("job-1") == b.Q_HELD
+    assert w.local.state("job-1") == backends.Q_HELD
     r = finish_in_cloud(w)
     assert r["outcome"] == "finished"
     assert w.tracker.commit_count("job-1") == 1
-    assert w.local.state("job-1") == b.Q_WITHDRAWN
+    assert w.local.state("job-1") == backends.Q_WITHDRAWN
     trace = w.tracker.trace("job-1")
     assert trace["attempts"][0]["resources"] == "returned_to_pool"
     assert trace["verdict"]["cloud_resources_in_use"] == []
@@ -52,14 +52,14 @@ def test_happy_path_commits_once_and_releases(w):
     assert steps(w)[:4] == [("dispatch", "started"), ("hold", "held"), ("stage_inputs", "verified"),
                             ("submit", "created")]
     # labels carry job ID and attempt ID; the name is derived from the job ID
-    assert w.cloud.creations == [(p.cloud_job_name("job-1"), "att-1")]
+    assert w.cloud.creations == [(protocol.cloud_job_name("job-1"), "att-1")]
 
 
 def test_submission_response_dropped_keeps_hold_then_adopts(w):
     w.cloud.drop_responses = 1
     r = w.disp.dispatch("job-1", "small-input", {}, INPUTS)
     assert r["outcome"] == "adopted"           # lookup by job-ID label found it
-    assert w.local.state("job-1") == b.Q_HELD
+    assert w.local.state("job-1") == backends.Q_HELD
     assert len(w.cloud.creations) == 1
     assert ("submit", "lost_response") in steps(w) and ("lookup", "found") in steps(w)
     assert finish_in_cloud(w)["outcome"] == "finished"
@@ -71,15 +71,15 @@ def test_local_gpus_free_at_dispatch_abandons(w):
     r = w.disp.dispatch("job-1", "small-input", {}, INPUTS)
     assert r["outcome"] == "abandoned"
     assert w.cloud.creations == [] and w.stager.bytes_sent_total == 0
-    assert w.local.state("job-1") == b.Q_RUNNING
-    assert w.tracker.job("job-1")["state"] == p.J_LOCAL_RUNNING
+    assert w.local.state("job-1") == backends.Q_RUNNING
+    assert w.tracker.job("job-1")["state"] == protocol.J_LOCAL_RUNNING
 
 
 def test_cloud_rejects_quota_releases_locally(w):
     w.cloud.reject_next = 1
     r = w.disp.dispatch("job-1", "small-input", {}, INPUTS)
     assert r["outcome"] == "released" and "quota" in r["reason"]
-    assert w.local.state("job-1") == b.Q_QUEUED
+    assert w.local.state("job-1") == backends.Q_QUEUED
     assert w.tracker.attempts("job-1")[0]["state"] == "rejected"
 
 
@@ -89,7 +89,7 @@ def test_cloud_node_lost_retries_under_cap(w):
     assert w.cloud.lose_node("job-1")
     r = w.disp.step("job-1")
     assert r["outcome"] == "submitted" and r["attempt_id"] == "att-2"
-    assert w.local.state("job-1") == b.Q_HELD
+    assert w.local.state("job-1") == backends.Q_HELD
     assert finish_in_cloud(w)["outcome"] == "finished"
     trace = w.tracker.trace("job-1")
     assert [a["state"] for a in trace["attempts"]] == ["failed", "committed"]
@@ -104,7 +104,7 @@ def test_node_lost_every_time_returns_to_local_at_cap(tmp_path):
         w.cloud.lose_node("job-1")
         r = w.disp.step("job-1")
     assert r["outcome"] == "released" and "cap 2" in r["reason"]
-    assert w.local.state("job-1") == b.Q_QUEUED and not w.cloud.live("job-1")
+    assert w.local.state("job-1") == backends.Q_QUEUED and not w.cloud.live("job-1")
     assert w.disp.dispatch("job-1")["outcome"] == "noop"   # cap holds across dispatches
 
 
@@ -123,7 +123,7 @@ def test_transfer_failing_past_cap_releases(w):
     w.stager.interrupt_next = 10
     r = w.disp.dispatch("job-1", "large-input", {}, [{"name": "big", "size": 10**6}])
     assert r["outcome"] == "released" and "transfer failed 3 times" in r["reason"]
-    assert w.cloud.creations == [] and w.local.state("job-1") == b.Q_QUEUED
+    assert w.cloud.creations == [] and w.local.state("job-1") == backends.Q_QUEUED
 
 
 def test_shared_dataset_warm_is_not_resent(w):
@@ -150,7 +150,7 @@ def test_corrupted_every_time_never_commits_and_goes_back(w):
     r = finish_in_cloud(w)
     assert r["outcome"] == "released" and "intact" in r["reason"]
     assert w.tracker.commit_count("job-1") == 0
-    assert w.local.state("job-1") == b.Q_QUEUED and not w.cloud.live("job-1")
+    assert w.local.state("job-1") == backends.Q_QUEUED and not w.cloud.live("job-1")
 
 
 def test_return_copy_fails_then_retried(w):
@@ -167,7 +167,7 @@ def test_operator_returns_job_while_cloud_runs_stops_cloud_first(w):
     w.cloud.advance("job-1")
     r = w.disp.return_to_local("job-1", who="operator:alice")
     assert r["outcome"] == "released"
-    assert not w.cloud.live("job-1") and w.local.state("job-1") == b.Q_QUEUED
+    assert not w.cloud.live("job-1") and w.local.state("job-1") == backends.Q_QUEUED
     order = steps(w)
     assert order.index(("stop", "returned_to_pool")) < order.index(("release_local", "released"))
     # the stopped attempt can no longer commit
@@ -180,7 +180,7 @@ def test_operator_return_refused_while_link_down(w):
     w.disp.dispatch("job-1", "small-input", {}, INPUTS)
     w.cloud.link_down = True
     r = w.disp.return_to_local("job-1", who="operator:bob")
-    assert r["outcome"] == "held" and w.local.state("job-1") == b.Q_HELD
+    assert r["outcome"] == "held" and w.local.state("job-1") == backends.Q_HELD
 
 
 def test_second_commit_is_rejected_and_explained(w):
@@ -196,12 +196,12 @@ def test_second_commit_is_rejected_and_explained(w):
 def test_link_down_at_dispatch_holds_until_lookup_then_releases(w):
     w.cloud.link_down = True
     r = w.disp.dispatch("job-1", "small-input", {}, INPUTS)
-    assert r["outcome"] == "held" and w.local.state("job-1") == b.Q_HELD
+    assert r["outcome"] == "held" and w.local.state("job-1") == backends.Q_HELD
     assert w.disp.step("job-1")["outcome"] == "held"     # still unknown
     w.cloud.link_down = False
     r = w.disp.step("job-1")
     assert r["outcome"] == "released" and "no cloud Job" in r["reason"]
-    assert w.local.state("job-1") == b.Q_QUEUED and w.cloud.creations == []
+    assert w.local.state("job-1") == backends.Q_QUEUED and w.cloud.creations == []
 
 
 def test_lost_response_and_link_down_before_lookup(w):
@@ -223,7 +223,7 @@ def test_lost_response_and_link_down_before_lookup(w):
 
 def test_existing_job_from_earlier_dispatcher_is_adopted(w):
     # a Job exists already (an earlier run created it, then crashed before recording it)
-    w.cloud.submit(p.cloud_job_name("job-1"), "job-1", "att-old", {})
+    w.cloud.submit(protocol.cloud_job_name("job-1"), "job-1", "att-old", {})
     r = w.disp.dispatch("job-1", "small-input", {}, INPUTS)
     assert r["outcome"] == "adopted" and r["attempt_id"] == "att-old"
     assert len(w.cloud.creations) == 1
@@ -265,7 +265,7 @@ def test_stop_fails_after_commit_then_cleanup_releases(w):
     def stop_link_down(job_id):
         if not calls:
             calls.append(1)
-            raise b.LinkDown("down")
+            raise backends.LinkDown("down")
         return real_stop(job_id)
     w.cloud.stop = stop_link_down
     assert w.disp.step("job-1")["outcome"] == "finished"

@@ -3,13 +3,20 @@
 Checked at every step: no job runs on both sides at once, at most one commit per job ID, no job
 whose output was committed also ran locally, one cloud Job per attempt, attempts under the cap.
 After the faults stop and the world settles: every job is finished (committed once) or back in the
-local queue and run there, and its trace explains it.
+local queue and run there, and its trace explains it; a committed job's checksum is that of the
+output its committed attempt really wrote, and so is the copy that landed on-prem.
+
+Schedules per run: HGPU_PROTOCOL_SCHEDULES (default 2000, about 20 s; ``make soak`` runs 10,000).
+The count is part of the test id, and the test fails when fewer schedules ran.
 """
+import os
+
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow import backends as b
-from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow import protocol as p
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow import backends
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow import protocol
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow.protocol import Dispatcher
 
 from ovf_world import INPUTS, Ids, World
@@ -18,6 +25,7 @@ IMAGE = {"name": "overflow-job.tar"}
 
 JOBS = ["job-a", "job-b"]
 MAX_ATTEMPTS = 3
+SCHEDULES = int(os.environ.get("HGPU_PROTOCOL_SCHEDULES", "2000"))
 
 job = st.sampled_from(JOBS)
 action = st.one_of(
@@ -34,119 +42,129 @@ action = st.one_of(
 
 class Sim(object):
     def __init__(self):
-        self.w = World(max_attempts=MAX_ATTEMPTS)
+        self.world = World(max_attempts=MAX_ATTEMPTS)
         ids = Ids()
-        self.w.disp.new_id = ids
-        self.operator = Dispatcher(self.w.local, self.w.cloud, self.w.stager, self.w.tracker, "operator",
+        self.world.disp.new_id = ids
+        self.operator = Dispatcher(self.world.local, self.world.cloud, self.world.stager, self.world.tracker, "operator",
                                    actor="operator", max_attempts=MAX_ATTEMPTS, id_factory=ids)
         for j in JOBS:
-            self.w.add(j)
-        self.w.storage.onprem_images[IMAGE["name"]] = b"image-bytes" * 100
+            self.world.add(j)
+        self.world.storage.onprem_images[IMAGE["name"]] = b"image-bytes" * 100
         self.second_commit_tries = 0
 
     def do(self, name, j, data):
-        w = self.w
+        world = self.world
         if name == "dispatch_policy":
-            w.disp.dispatch(j, "small-input", {}, INPUTS, image=IMAGE)
+            world.disp.dispatch(j, "small-input", {}, INPUTS, image=IMAGE)
         elif name == "dispatch_operator":
             self.operator.dispatch(j, "large-input", {}, INPUTS, image=IMAGE)
         elif name == "step":
-            w.disp.step(j)
+            world.disp.step(j)
         elif name == "sched_start":
-            w.local.start(j)
+            world.local.start(j)
         elif name == "sched_finish":
-            w.local.finish(j)
+            world.local.finish(j)
         elif name == "cloud_advance":
-            w.cloud.advance(j)
+            world.cloud.advance(j)
         elif name == "cloud_finish_and_step":
-            w.cloud.advance(j)
-            w.cloud.advance(j)
-            w.disp.step(j)
+            world.cloud.advance(j)
+            world.cloud.advance(j)
+            world.disp.step(j)
         elif name == "node_lost":
-            w.cloud.lose_node(j)
+            world.cloud.lose_node(j)
         elif name == "operator_return":
             self.operator.return_to_local(j, who="operator:drill")
         elif name == "second_commit":
-            c = w.tracker.commit_of(j)
+            c = world.tracker.commit_of(j)
             if c is not None:
-                attempts = [a["attempt_id"] for a in w.tracker.attempts(j)]
+                attempts = [a["attempt_id"] for a in world.tracker.attempts(j)]
                 pick = data.draw(st.sampled_from(attempts))
-                v = w.tracker.commit(j, pick, "sha256:dup", "drill")
+                v = world.tracker.commit(j, pick, "sha256:dup", "drill")
                 assert not v["committed"]
                 self.second_commit_tries += 1
         elif name == "gpus_free_at_dispatch":
-            w.local.started_on_hold.add(j)
+            world.local.started_on_hold.add(j)
         elif name == "link_down":
-            w.cloud.link_down = True
+            world.cloud.link_down = True
         elif name == "link_up":
-            w.cloud.link_down = False
+            world.cloud.link_down = False
         elif name == "drop_response":
-            w.cloud.drop_responses += 1
+            world.cloud.drop_responses += 1
         elif name == "reject_quota":
-            w.cloud.reject_next += 1
+            world.cloud.reject_next += 1
         elif name == "evict_image":
-            w.stager.clear_image(IMAGE["name"])
+            world.stager.clear_image(IMAGE["name"])
         elif name == "corrupt_image_pull":
-            w.stager.corrupt_pull_next += 1
+            world.stager.corrupt_pull_next += 1
         elif name == "interrupt_transfer":
-            w.stager.interrupt_next += 1
+            world.stager.interrupt_next += 1
         elif name == "corrupt_result":
-            w.stager.corrupt_next += 1
+            world.stager.corrupt_next += 1
         elif name == "fail_return":
-            w.stager.fail_return_next += 1
+            world.stager.fail_return_next += 1
 
     def check(self):
-        w = self.w
-        created = [att for dummy, att in w.cloud.creations]
+        world = self.world
+        created = [att for dummy, att in world.cloud.creations]
         assert len(created) == len(set(created)), "an attempt created two cloud Jobs"
-        started_locally = {jid for jid, what in w.local.history if what == "started"}
+        started_locally = {jid for jid, what in world.local.history if what == "started"}
         for j in JOBS:
-            assert not w.both_sides(j), "%s runs on both sides" % j
-            assert w.tracker.commit_count(j) <= 1
-            if w.tracker.commit_count(j):
+            assert not world.both_sides(j), "%s runs on both sides" % j
+            assert world.tracker.commit_count(j) <= 1
+            if world.tracker.commit_count(j):
                 assert j not in started_locally, "%s committed from the cloud and also ran locally" % j
-            cloud_attempts = [a for a in w.tracker.attempts(j) if a["cloud_name"]]
+            cloud_attempts = [a for a in world.tracker.attempts(j) if a["cloud_name"]]
             assert len(cloud_attempts) <= MAX_ATTEMPTS
 
     def settle(self):
-        w = self.w
-        w.cloud.link_down = False
-        w.cloud.drop_responses = w.cloud.reject_next = 0
-        w.stager.interrupt_next = w.stager.corrupt_next = w.stager.fail_return_next = 0
-        w.local.started_on_hold.clear()
+        world = self.world
+        world.cloud.link_down = False
+        world.cloud.drop_responses = world.cloud.reject_next = 0
+        world.stager.interrupt_next = world.stager.corrupt_next = world.stager.fail_return_next = 0
+        world.local.started_on_hold.clear()
         for dummy in range(30):
             for j in JOBS:
-                w.cloud.advance(j)
-                w.disp.step(j)
+                world.cloud.advance(j)
+                world.disp.step(j)
                 self.check()
-                if w.local.state(j) == b.Q_QUEUED:
-                    w.local.start(j)
-                elif w.local.state(j) == b.Q_RUNNING:
-                    w.local.finish(j)
+                if world.local.state(j) == backends.Q_QUEUED:
+                    world.local.start(j)
+                elif world.local.state(j) == backends.Q_RUNNING:
+                    world.local.finish(j)
                 self.check()
 
     def final(self):
-        w = self.w
+        world = self.world
         for j in JOBS:
-            trace = w.tracker.trace(j) if w.tracker.job(j) else None
-            local = w.local.state(j)
-            live = w.cloud.live(j)
+            trace = world.tracker.trace(j) if world.tracker.job(j) else None
+            local = world.local.state(j)
+            live = world.cloud.live(j)
             assert not live, "%s still has a live cloud Job after settling" % j
-            if w.tracker.commit_count(j) == 1:
-                assert trace["job"]["state"] == p.J_FINISHED
-                assert local == b.Q_WITHDRAWN
+            if world.tracker.commit_count(j) == 1:
+                assert trace["job"]["state"] == protocol.J_FINISHED
+                commit = world.tracker.commit_of(j)
+                real = backends.sha256_hex(backends._content("out:%s:%s" % (j, commit["attempt_id"]),
+                                                             world.cloud.output_size))
+                assert commit["checksum"] == real, "%s committed a checksum that is not its output's" % j
+                landed = world.storage.onprem_outputs.get(commit["output_ref"])
+                assert landed is not None and backends.sha256_hex(landed) == real, "%s: the on-prem copy is not the output" % j
+                assert local == backends.Q_WITHDRAWN
                 assert trace["verdict"]["cloud_resources_in_use"] == []
             else:
                 # not lost: it went back to the local queue and ran there
-                assert local == b.Q_DONE, "%s is %s locally with no commit" % (j, local)
+                assert local == backends.Q_DONE, "%s is %s locally with no commit" % (j, local)
                 if trace is not None:
-                    assert trace["job"]["state"] in (p.J_BACK_LOCAL, p.J_LOCAL_RUNNING, p.J_QUEUED, p.J_GONE)
+                    assert trace["job"]["state"] in (protocol.J_BACK_LOCAL, protocol.J_LOCAL_RUNNING, protocol.J_QUEUED, protocol.J_GONE)
                     assert trace["verdict"]["cloud_resources_in_use"] == []
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+RAN = []
+
+
+@settings(max_examples=SCHEDULES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(actions=st.lists(action, min_size=20, max_size=120), data=st.data())
-def test_random_fault_schedules_keep_exactly_once(actions, data):
+def one_schedule(actions, data):
+    RAN.append(1)
     sim = Sim()
     try:
         for name, j in actions:
@@ -159,4 +177,11 @@ def test_random_fault_schedules_keep_exactly_once(actions, data):
             sim.do("second_commit", j, data)
         sim.check()
     finally:
-        sim.w.tracker.close()
+        sim.world.tracker.close()
+
+
+@pytest.mark.parametrize("schedules", [SCHEDULES], ids=["%d-schedules" % SCHEDULES])
+def test_random_fault_schedules_keep_exactly_once(schedules):
+    del RAN[:]
+    one_schedule()
+    assert len(RAN) >= schedules, "only %d of %d schedules ran" % (len(RAN), schedules)

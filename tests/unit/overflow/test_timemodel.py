@@ -1,14 +1,14 @@
 """Time model: the seed's worked example reproduced exactly, plus unit parsing."""
 import pytest
 
-from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow import timemodel as tm
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow import timemodel
 
 SEED = dict(local_wait="9h", local_runtime="4h", link_bps="5Gbps", dispatch="10min",
             cloud_queue_wait="15min", image_cached=True, output_bytes="40GB")
 
 
 def test_seed_example_2tb_moves():
-    r = tm.compare(input_bytes="2TB", **SEED)
+    r = timemodel.compare(input_bytes="2TB", **SEED)
     cloud, local = r["cloud"], r["local"]
     # 2e12 B * 8 / 5e9 bit/s = 3200 s = 53.3 min
     assert cloud["input_transfer_s"] == pytest.approx(3200.0)
@@ -25,7 +25,7 @@ def test_seed_example_2tb_moves():
 
 
 def test_seed_example_40tb_stays():
-    r = tm.compare(input_bytes="40TB", **SEED)
+    r = timemodel.compare(input_bytes="40TB", **SEED)
     # 40e12 * 8 / 5e9 = 64000 s = 17.8 h, "about 18 hours" of transfer alone
     assert r["cloud"]["input_transfer_s"] == pytest.approx(64000.0)
     assert round(r["cloud"]["input_transfer_s"] / 3600, 1) == 17.8
@@ -35,7 +35,7 @@ def test_seed_example_40tb_stays():
 
 
 def test_seed_example_40tb_moves_when_data_already_in_cloud():
-    r = tm.compare(input_bytes="40TB", inputs_in_cloud=True, **SEED)
+    r = timemodel.compare(input_bytes="40TB", inputs_in_cloud=True, **SEED)
     assert r["cloud"]["input_transfer_s"] == 0.0
     assert r["decision"] == "move"
 
@@ -43,13 +43,13 @@ def test_seed_example_40tb_moves_when_data_already_in_cloud():
 def test_cold_image_pull_counted():
     kw = dict(SEED)
     kw["image_cached"] = False
-    r = tm.compare(input_bytes="2TB", image_bytes="25GB", **kw)
+    r = timemodel.compare(input_bytes="2TB", image_bytes="25GB", **kw)
     assert r["cloud"]["image_pull_s"] == pytest.approx(40.0)
 
 
 def test_min_gain_keeps_marginal_job_local():
-    r = tm.compare(local_wait="1h", local_runtime="1h", link_bps="5Gbps", dispatch="10min",
-                   cloud_queue_wait="15min", input_bytes="100GB", min_gain="1h")
+    r = timemodel.compare(local_wait="1h", local_runtime="1h", link_bps="5Gbps", dispatch="10min",
+                          cloud_queue_wait="15min", input_bytes="100GB", min_gain="1h")
     assert r["decision"] == "stay"
 
 
@@ -57,37 +57,37 @@ def test_min_gain_keeps_marginal_job_local():
     ("2TB", 2 * 10**12), ("40 GB", 40 * 10**9), ("1KiB", 1024), ("1.5TiB", int(1.5 * 2**40)), (123, 123),
 ])
 def test_parse_size(text, expected):
-    assert tm.parse_size(text) == expected
+    assert timemodel.parse_size(text) == expected
 
 
 @pytest.mark.parametrize("text,expected", [
     ("5Gbps", 5e9), ("10 Gbit/s", 1e10), ("625MB/s", 5e9), ("100Mb/s", 1e8), (1e9, 1e9),
 ])
 def test_parse_rate(text, expected):
-    assert tm.parse_rate(text) == pytest.approx(expected)
+    assert timemodel.parse_rate(text) == pytest.approx(expected)
 
 
 @pytest.mark.parametrize("text,expected", [("4h", 14400), ("15 min", 900), ("90s", 90), ("1d", 86400), (30, 30)])
 def test_parse_duration(text, expected):
-    assert tm.parse_duration(text) == expected
+    assert timemodel.parse_duration(text) == expected
 
 
 @pytest.mark.parametrize("bad", ["fast", "5 parsecs", "-3h", True])
 def test_parse_duration_rejects(bad):
-    with pytest.raises(tm.UnitError):
-        tm.parse_duration(bad)
+    with pytest.raises(timemodel.UnitError):
+        timemodel.parse_duration(bad)
 
 
 def test_parse_rate_rejects_zero_and_unknown():
-    with pytest.raises(tm.UnitError):
-        tm.parse_rate("0Gbps")
-    with pytest.raises(tm.UnitError):
-        tm.parse_rate("5 furlongs")
+    with pytest.raises(timemodel.UnitError):
+        timemodel.parse_rate("0Gbps")
+    with pytest.raises(timemodel.UnitError):
+        timemodel.parse_rate("5 furlongs")
 
 
 def test_measured_image_pull_replaces_the_estimate():
-    from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow import timemodel as t
-    est = t.cloud_completion("5Gbps", "1h", image_bytes="25GB", image_cached=False)
+    from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow import timemodel
+    est = timemodel.cloud_completion("5Gbps", "1h", image_bytes="25GB", image_cached=False)
     assert abs(est["image_pull_s"] - 40.0) < 1e-9
-    got = t.cloud_completion("5Gbps", "1h", image_bytes="25GB", image_cached=False, image_pull_s=12.5)
+    got = timemodel.cloud_completion("5Gbps", "1h", image_bytes="25GB", image_cached=False, image_pull_s=12.5)
     assert got["image_pull_s"] == 12.5 and abs(got["total_s"] - 3612.5) < 1e-9

@@ -8,11 +8,11 @@ from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow.tracker i
 
 class Clock(object):
     def __init__(self):
-        self.t = 1000.0
+        self.now = 1000.0
 
     def __call__(self):
-        self.t += 1.0
-        return self.t
+        self.now += 1.0
+        return self.now
 
 
 @pytest.fixture

@@ -2,12 +2,13 @@
 import pytest
 
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.parsers import nvidia_smi
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.parsers import nvidia_smi_table
 
 import realsamples
 
 PARSERS = {
     "nvidia-smi-csv": lambda text, args: nvidia_smi.parse_query_csv(text, **args),
-    "nvidia-smi-table": lambda text, args: nvidia_smi.parse_table(text),
+    "nvidia-smi-table": lambda text, args: nvidia_smi_table.parse_table(text),
     "nvidia-smi-xml": lambda text, args: nvidia_smi.parse_xml(text),
 }
 
@@ -48,7 +49,7 @@ def test_csv_crlf_and_field_mismatch():
 
 def test_table_and_xml_reject_other_text():
     with pytest.raises(nvidia_smi.NvidiaSmiParseError):
-        nvidia_smi.parse_table("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.")
+        nvidia_smi_table.parse_table("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.")
     with pytest.raises(nvidia_smi.NvidiaSmiParseError):
         nvidia_smi.parse_xml("<html/>")
     with pytest.raises(nvidia_smi.NvidiaSmiParseError):

@@ -4,7 +4,7 @@ import datetime
 import pytest
 import yaml
 
-from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import boundary as b
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import boundary
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.common.schema import SchemaError
 
 NOW = datetime.datetime(2026, 1, 1, tzinfo=datetime.timezone.utc)
@@ -17,12 +17,12 @@ def _doc(lab_file, name="boundary.yml"):
 
 def _errors(doc):
     with pytest.raises(SchemaError) as info:
-        b.parse_boundary(doc, "boundary.yml")
+        boundary.parse_boundary(doc, "boundary.yml")
     return info.value.errors
 
 
 def test_lab_boundary_is_valid_and_signed(lab_file):
-    bnd = b.load_boundary(lab_file("boundary.yml"))
+    bnd = boundary.load_boundary(lab_file("boundary.yml"))
     st = bnd.status(now=NOW)
     assert st["status"] == "signed"
     assert st["reasons"] == []
@@ -32,7 +32,7 @@ def test_lab_boundary_is_valid_and_signed(lab_file):
 
 
 def test_unsigned_variant(lab_file):
-    st = b.load_boundary(lab_file("boundary-unsigned.yml")).status(now=NOW)
+    st = boundary.load_boundary(lab_file("boundary-unsigned.yml")).status(now=NOW)
     assert st["status"] == "unsigned"
     assert st["reasons"] == ["not signed"]
 
@@ -40,7 +40,7 @@ def test_unsigned_variant(lab_file):
 def test_expired_is_unsigned(lab_file):
     doc = _doc(lab_file)
     doc["signature"]["expires"] = "2025-06-01T00:00:00Z"
-    st = b.parse_boundary(doc, "boundary.yml").status(now=NOW)
+    st = boundary.parse_boundary(doc, "boundary.yml").status(now=NOW)
     assert st["status"] == "unsigned"
     assert st["reasons"] == ["expired on 2025-06-01T00:00:00Z"]
 
@@ -48,7 +48,7 @@ def test_expired_is_unsigned(lab_file):
 def test_signed_by_someone_else_is_unsigned(lab_file):
     doc = _doc(lab_file)
     doc["signature"]["signer"] = "ops-lead"
-    st = b.parse_boundary(doc, "boundary.yml").status(now=NOW)
+    st = boundary.parse_boundary(doc, "boundary.yml").status(now=NOW)
     assert st["status"] == "unsigned"
     assert "not by the security owner" in st["reasons"][0]
 
@@ -115,7 +115,7 @@ def test_malformed_yaml_reports_file_and_line(tmp_path):
     path = tmp_path / "boundary.yml"
     path.write_text("schema_version: 1\nsite: lab\npeople:\n  - id: a\n   name: broken\n")
     with pytest.raises(SchemaError) as info:
-        b.load_boundary(str(path))
+        boundary.load_boundary(str(path))
     (msg,) = info.value.errors
     assert msg.startswith("boundary.yml: line 5, column 4: malformed YAML")
 
@@ -124,12 +124,12 @@ def test_duplicate_yaml_key_reported(tmp_path):
     path = tmp_path / "boundary.yml"
     path.write_text("site: a\nsite: b\n")
     with pytest.raises(SchemaError) as info:
-        b.load_boundary(str(path))
+        boundary.load_boundary(str(path))
     assert info.value.errors == ["boundary.yml: line 2, column 1: malformed YAML: duplicate key 'site'"]
 
 
 def test_helpers(lab_file):
-    bnd = b.load_boundary(lab_file("boundary.yml"))
+    bnd = boundary.load_boundary(lab_file("boundary.yml"))
     assert [a["name"] for a in bnd.allowed_agents()] == ["hybridgpu-gpu-exporter", "hybridgpu-node-agent",
                                                          "prometheus-node-exporter"]
     assert bnd.egress_allowlist()[0] == {"cidr": "10.213.77.1/32", "port_min": 6443,

@@ -2,7 +2,7 @@
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from ansible_collections.hybridgpu.fleet.plugins.module_utils.preflight import cidr as c
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.preflight import cidr
 
 ONPREM = [
     {"name": "nodes", "cidr": "10.213.77.0/24", "kind": "node"},
@@ -18,7 +18,7 @@ def _names(pairs):
 
 
 def test_vpc_containing_onprem_range():
-    pairs = c.overlaps(ONPREM, [{"name": "default-vpc", "cidr": "10.0.0.0/8", "kind": "vpc"}])
+    pairs = cidr.overlaps(ONPREM, [{"name": "default-vpc", "cidr": "10.0.0.0/8", "kind": "vpc"}])
     assert _names(pairs) == [("nodes", "default-vpc", "contained_by"),
                              ("pods", "default-vpc", "contained_by"),
                              ("services", "default-vpc", "contained_by")]
@@ -26,19 +26,19 @@ def test_vpc_containing_onprem_range():
 
 
 def test_adjacent_is_not_overlap():
-    assert c.overlaps({"a": "10.0.0.0/24"}, {"b": "10.0.1.0/24"}) == []
-    assert c.overlaps({"a": "10.0.0.0/25"}, {"b": "10.0.0.128/25"}) == []
+    assert cidr.overlaps({"a": "10.0.0.0/24"}, {"b": "10.0.1.0/24"}) == []
+    assert cidr.overlaps({"a": "10.0.0.0/25"}, {"b": "10.0.0.128/25"}) == []
 
 
 def test_partial_equal_and_contains():
-    pairs = c.overlaps({"a": "10.0.0.0/16", "e": "172.16.0.0/12"},
-                       {"b": "10.0.5.0/24", "f": "172.16.0.0/12"})
+    pairs = cidr.overlaps({"a": "10.0.0.0/16", "e": "172.16.0.0/12"},
+                          {"b": "10.0.5.0/24", "f": "172.16.0.0/12"})
     assert _names(pairs) == [("a", "b", "contains"), ("e", "f", "equal")]
 
 
 def test_ipv6_overlap_and_no_cross_family():
-    pairs = c.overlaps(ONPREM, [{"name": "v6-vpc", "cidr": "fd00::/16"},
-                                {"name": "v4", "cidr": "0.0.0.0/0"}])
+    pairs = cidr.overlaps(ONPREM, [{"name": "v6-vpc", "cidr": "fd00::/16"},
+                                   {"name": "v4", "cidr": "0.0.0.0/0"}])
     assert ("v6-nodes", "v6-vpc", "contained_by") in _names(pairs)
     assert all(p["ip_version"] == 6 for p in pairs if "v6" in p["b"]["name"])
     assert len([p for p in pairs if p["b"]["name"] == "v4"]) == 4
@@ -46,8 +46,8 @@ def test_ipv6_overlap_and_no_cross_family():
 
 def test_within_side_only_when_asked():
     onprem = {"pods": "10.244.0.0/16", "pods-extra": "10.244.128.0/17"}
-    assert c.overlaps(onprem, {}) == []
-    assert _names(c.overlaps(onprem, {}, within_side=True)) == [("pods", "pods-extra", "contains")]
+    assert cidr.overlaps(onprem, {}) == []
+    assert _names(cidr.overlaps(onprem, {}, within_side=True)) == [("pods", "pods-extra", "contains")]
 
 
 @pytest.mark.parametrize("entry,needle", [
@@ -58,8 +58,8 @@ def test_within_side_only_when_asked():
     ({"name": "pods", "cidr": "10.0.0.0/8", "zone": "a"}, "onprem[0] (pods): unknown key(s) zone"),
 ])
 def test_errors_name_the_entry(entry, needle):
-    with pytest.raises(c.CidrError) as info:
-        c.overlaps([entry], [])
+    with pytest.raises(cidr.CidrError) as info:
+        cidr.overlaps([entry], [])
     assert needle in str(info.value)
 
 
@@ -89,4 +89,4 @@ _entries = st.lists(st.tuples(st.sampled_from([4, 6]), st.integers(0, 2 ** 24 - 
 def test_sweep_matches_brute_force(left, right, within):
     onprem = _random_ranges(left)
     cloud = _random_ranges(right)
-    assert c.overlaps(onprem, cloud, within) == c.brute_force(onprem, cloud, within)
+    assert cidr.overlaps(onprem, cloud, within) == cidr.brute_force(onprem, cloud, within)

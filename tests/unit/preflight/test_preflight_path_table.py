@@ -2,7 +2,7 @@
 import pytest
 import yaml
 
-from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import path_map as pt
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import path_map
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.common.schema import SchemaError
 
 
@@ -13,12 +13,12 @@ def _doc(lab_file):
 
 def _errors(doc):
     with pytest.raises(SchemaError) as info:
-        pt.parse_path_table(doc, "paths.yml")
+        path_map.parse_path_table(doc, "paths.yml")
     return info.value.errors
 
 
 def test_lab_table_probes(lab_file):
-    table = pt.load_path_table(lab_file("paths.yml"))
+    table = path_map.load_path_table(lab_file("paths.yml"))
     probes = {p["id"]: p for p in table.probes()}
     ssh = probes["mgmt-ssh:allow:owned-a100-1"]
     assert (ssh["source"], ssh["address"], ssh["port"], ssh["expected"]) == ("control", "10.213.77.11", 22, "allow")
@@ -39,8 +39,8 @@ def test_lab_table_probes(lab_file):
 
 
 def test_neighbour_port_at_top_of_range():
-    assert pt._neighbour_port([[65530, 65535]]) == 65529
-    assert pt._neighbour_port([[22, 22], [8000, 8010]]) == 8011
+    assert path_map._neighbour_port([[65530, 65535]]) == 65529
+    assert path_map._neighbour_port([[22, 22], [8000, 8010]]) == 8011
 
 
 def test_unknown_key_and_bad_values(lab_file):
@@ -78,7 +78,7 @@ def test_malformed_yaml(tmp_path):
     path = tmp_path / "paths.yml"
     path.write_text("schema_version: 1\npaths:\n  - id: [unclosed\n")
     with pytest.raises(SchemaError) as info:
-        pt.load_path_table(str(path))
+        path_map.load_path_table(str(path))
     assert info.value.errors[0].startswith("paths.yml: line 4, column 1: malformed YAML")
 
 
@@ -92,34 +92,34 @@ def _results(table, overrides=None):
 
 
 def test_evaluate_and_direction_pass(lab_file):
-    table = pt.load_path_table(lab_file("paths.yml"))
-    evaluated = pt.evaluate(table.probes(), _results(table))
+    table = path_map.load_path_table(lab_file("paths.yml"))
+    evaluated = path_map.evaluate(table.probes(), _results(table))
     assert {p["verdict"] for p in evaluated} == {"pass"}
-    verdict = pt.direction_verdict(table, evaluated)
+    verdict = path_map.direction_verdict(table, evaluated)
     assert verdict["verdict"] == "pass"
     assert "inbound-ssh-from-cloud:deny:owned-a100-1" in verdict["proven_closed"]
 
 
 def test_blocked_allowed_path_and_open_port_fail(lab_file):
-    table = pt.load_path_table(lab_file("paths.yml"))
-    evaluated = pt.evaluate(table.probes(), _results(table, {
+    table = path_map.load_path_table(lab_file("paths.yml"))
+    evaluated = path_map.evaluate(table.probes(), _results(table, {
         "mgmt-ssh:allow:owned-a100-2": {"observed": "closed", "elapsed_ms": 3000, "evidence": "timeout"},
         "inbound-ssh-from-cloud:deny:owned-l40s-1": {"observed": "open", "elapsed_ms": 2, "evidence": "SYN-ACK"},
     }))
     failed = sorted(p["id"] for p in evaluated if p["verdict"] == "fail")
     assert failed == ["inbound-ssh-from-cloud:deny:owned-l40s-1", "mgmt-ssh:allow:owned-a100-2"]
-    verdict = pt.direction_verdict(table, evaluated)
+    verdict = path_map.direction_verdict(table, evaluated)
     assert verdict["verdict"] == "fail"
     assert verdict["reasons"] == ["inbound management port tcp/22 on owned-l40s-1 is open "
                                   "(probe inbound-ssh-from-cloud:deny:owned-l40s-1)"]
 
 
 def test_direction_declared_inbound_allow_fails_and_unprobed_is_unverified(lab_file):
-    table = pt.load_path_table(lab_file("paths.yml"))
-    assert pt.direction_verdict(table)["verdict"] == "unverified"
+    table = path_map.load_path_table(lab_file("paths.yml"))
+    assert path_map.direction_verdict(table)["verdict"] == "unverified"
     doc = _doc(lab_file)
     doc["paths"][3]["expected"] = "allow"
     doc["paths"][3]["narrowest_source"] = "10.213.77.16/29"
-    verdict = pt.direction_verdict(pt.parse_path_table(doc, "paths.yml"))
+    verdict = path_map.direction_verdict(path_map.parse_path_table(doc, "paths.yml"))
     assert verdict["verdict"] == "fail"
     assert verdict["reasons"] == ["path inbound-ssh-from-cloud allows inbound management traffic into the site"]

@@ -111,13 +111,13 @@ def pod(node, phase, code=None):
 
 class Clock(object):
     def __init__(self):
-        self.t = 0.0
+        self.now = 0.0
 
     def __call__(self):
-        return self.t
+        return self.now
 
     def sleep(self, s):
-        self.t += s
+        self.now += s
 
 
 def test_manifest_pins_by_affinity_selector_and_gpus():

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from ansible_collections.hybridgpu.fleet.plugins.module_utils.validate import validation as v
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.validate import validation
 
 DATA = os.path.join(os.path.dirname(__file__), "data")
 REF_JOB = os.path.join(os.path.dirname(__file__), "..", "..", "..", "roles", "validate", "files",
@@ -31,13 +31,13 @@ def facts(count=8, model="NVIDIA A100-SXM4-80GB", mem=81920):
 # -- inventory --------------------------------------------------------------------------
 
 def test_inventory_passes_when_ssh_and_api_match_the_matrix():
-    out = v.inventory_verdict("owned-a100-1", facts(), node_obj(), A100, {"nvidia.com/gpu.count": "8"})
+    out = validation.inventory_verdict("owned-a100-1", facts(), node_obj(), A100, {"nvidia.com/gpu.count": "8"})
     assert out["passed"], out["reasons"]
     assert out["differences"] == []
 
 
 def test_inventory_wrong_gpu_count_names_the_difference_on_both_sources():
-    out = v.inventory_verdict("owned-a100-1", facts(count=6), node_obj(gpus=6), A100)
+    out = validation.inventory_verdict("owned-a100-1", facts(count=6), node_obj(gpus=6), A100)
     assert not out["passed"]
     assert {"field": "gpu_count", "source": "ssh", "expected": 8, "observed": 6} in out["differences"]
     assert {"field": "gpu_count", "source": "api", "expected": 8, "observed": 6} in out["differences"]
@@ -45,17 +45,17 @@ def test_inventory_wrong_gpu_count_names_the_difference_on_both_sources():
 
 
 def test_inventory_missing_label_and_unregistered_node():
-    out = v.inventory_verdict("n1", facts(), node_obj(), A100,
-                              {"node-restriction.kubernetes.io/data-class": "restricted"})
+    out = validation.inventory_verdict("n1", facts(), node_obj(), A100,
+                                       {"node-restriction.kubernetes.io/data-class": "restricted"})
     assert out["reasons"] == ["label node-restriction.kubernetes.io/data-class (api): expected "
                               "restricted, observed None"]
-    out = v.inventory_verdict("n1", facts(), None, A100)
+    out = validation.inventory_verdict("n1", facts(), None, A100)
     assert out["reasons"] == ["node n1 is not registered in the cluster"]
 
 
 def test_inventory_label_presence_only_and_memory_model_mismatch():
-    out = v.inventory_verdict("n1", facts(mem=40960, model="NVIDIA A100-SXM4-40GB"),
-                              node_obj(labels={"a": "x"}), A100, {"a": None})
+    out = validation.inventory_verdict("n1", facts(mem=40960, model="NVIDIA A100-SXM4-40GB"),
+                                       node_obj(labels={"a": "x"}), A100, {"a": None})
     fields = sorted(d["field"] for d in out["differences"])
     assert fields == ["gpu_memory_mib", "gpu_model"]
 
@@ -63,9 +63,9 @@ def test_inventory_label_presence_only_and_memory_model_mismatch():
 def test_inventory_expected_from_preflight_matrix_row_and_empty_refused():
     row = {"id": "a100-535", "values": {"gpu_model": "NVIDIA A100-SXM4-80GB", "gpu_count": 8,
                                         "gpu_memory_mib": 81920, "os": "debian 12"}}
-    assert v.expected_from_matrix_row(row) == A100
-    with pytest.raises(v.ValidationError, match="node n1"):
-        v.inventory_verdict("n1", facts(), node_obj(), {})
+    assert validation.expected_from_matrix_row(row) == A100
+    with pytest.raises(validation.ValidationError, match="node n1"):
+        validation.inventory_verdict("n1", facts(), node_obj(), {})
 
 
 # -- reference job ----------------------------------------------------------------------
@@ -75,7 +75,7 @@ def run_reference(**env):
     full.update(("REF_" + k.upper(), str(val)) for k, val in env.items())
     res = subprocess.run([sys.executable, REF_JOB], capture_output=True, text=True,
                          env=full, timeout=60, check=True)
-    return v.parse_reference_log("some noise\n" + res.stdout)
+    return validation.parse_reference_log("some noise\n" + res.stdout)
 
 
 def test_reference_script_is_deterministic_and_learns():
@@ -87,7 +87,7 @@ def test_reference_script_is_deterministic_and_learns():
     def side(node, res):
         return {"node": node, "image": "python:3.11", "result": res}
 
-    out = v.reference_verdict(side("owned-a100-1", a), side("cloud-h200-1", b))
+    out = validation.reference_verdict(side("owned-a100-1", a), side("cloud-h200-1", b))
     assert out["passed"] and out["checksum_match"]
 
 
@@ -99,25 +99,25 @@ def test_reference_outside_tolerance_fails_on_metric():
     def side(node, res):
         return {"node": node, "image": "img", "result": res}
 
-    out = v.reference_verdict(side("o", a), side("c", b), compare="metric", tolerance=0.01)
+    out = validation.reference_verdict(side("o", a), side("c", b), compare="metric", tolerance=0.01)
     assert not out["passed"]
     assert "above tolerance 0.01" in out["reasons"][0]
-    out = v.reference_verdict(side("o", a), side("c", dict(a)), compare="metric", tolerance=0.01)
+    out = validation.reference_verdict(side("o", a), side("c", dict(a)), compare="metric", tolerance=0.01)
     assert out["passed"]
 
 
 def test_reference_checksum_and_input_mismatch_reasons():
     a = run_reference(steps=20)
     b = dict(a, checksum="0" * 64, seed=99)
-    out = v.reference_verdict({"node": "o", "image": "i1", "result": a},
-                              {"node": "c", "image": "i2", "result": b})
+    out = validation.reference_verdict({"node": "o", "image": "i1", "result": a},
+                                       {"node": "c", "image": "i2", "result": b})
     text = "\n".join(out["reasons"])
     assert "input seed differs" in text and "image differs" in text and "checksum differs" in text
 
 
 def test_reference_log_without_result_line():
-    with pytest.raises(v.ValidationError, match="HGPU_REF"):
-        v.parse_reference_log("Traceback ...\n")
+    with pytest.raises(validation.ValidationError, match="HGPU_REF"):
+        validation.parse_reference_log("Traceback ...\n")
 
 
 # -- collectives ------------------------------------------------------------------------
@@ -126,38 +126,38 @@ BASE = {"low": 180.0, "high": 215.0}
 
 
 def test_nccl_within_baseline_passes():
-    out = v.nccl_verdict("intra-node", v.nccl_summary(read("allreduce_ok.txt")), BASE)
+    out = validation.nccl_verdict("intra-node", validation.nccl_summary(read("allreduce_ok.txt")), BASE)
     assert out["passed"], out["reasons"]
     assert out["avg_busbw"] == pytest.approx(195.883)
     assert out["total_wrong"] == 0
 
 
 def test_nccl_wrong_values_fail():
-    out = v.nccl_verdict("intra-node", v.nccl_summary(read("allreduce_wrong.txt")), BASE)
+    out = validation.nccl_verdict("intra-node", validation.nccl_summary(read("allreduce_wrong.txt")), BASE)
     assert not out["passed"]
     assert out["reasons"][0] == "#wrong is 3 (must be 0)"
 
 
 def test_nccl_below_baseline_fails():
-    out = v.nccl_verdict("intra-node", v.nccl_summary(read("allreduce_slow.txt")), BASE)
+    out = validation.nccl_verdict("intra-node", validation.nccl_summary(read("allreduce_slow.txt")), BASE)
     assert out["reasons"] == ["avg bus bandwidth 105.31 GB/s below baseline range 180.00-215.00"]
 
 
 def test_nccl_multinode_hosts_and_missing_baseline():
-    summary = v.nccl_summary(read("allreduce_multinode.txt"))
+    summary = validation.nccl_summary(read("allreduce_multinode.txt"))
     assert summary["hosts"] == ["owned-a100-1", "owned-a100-2"]
     assert summary["ranks"] == 16
-    with pytest.raises(v.ValidationError, match="baseline"):
-        v.nccl_verdict("multi-node", summary, None)
+    with pytest.raises(validation.ValidationError, match="baseline"):
+        validation.nccl_verdict("multi-node", summary, None)
 
 
 def test_baseline_range_from_runs_and_failed_run_refused():
-    ok = v.nccl_summary(read("allreduce_ok.txt"))
-    base = v.baseline_from_summaries([ok, ok], margin=0.1)
+    ok = validation.nccl_summary(read("allreduce_ok.txt"))
+    base = validation.baseline_from_summaries([ok, ok], margin=0.1)
     assert base["low"] == pytest.approx(195.883 * 0.9, abs=1e-3)
     assert base["high"] == pytest.approx(195.883 * 1.1, abs=1e-3)
-    with pytest.raises(v.ValidationError, match="did not pass"):
-        v.baseline_from_summaries([v.nccl_summary(read("allreduce_wrong.txt"))])
+    with pytest.raises(validation.ValidationError, match="did not pass"):
+        validation.baseline_from_summaries([validation.nccl_summary(read("allreduce_wrong.txt"))])
 
 
 # -- placement --------------------------------------------------------------------------
@@ -171,24 +171,24 @@ def test_placement_restricted_on_owned_and_unscheduled_on_cloud_passes():
             {"cluster": "cloud", "job": "r2", "restricted": True, "node": None},
             {"cluster": "onprem", "job": "u1", "restricted": False, "node": "owned-a100-1",
              "allowed_sides": ["owned"], "phase": "Succeeded"}]
-    out = v.placement_verdict(runs, SIDES)
+    out = validation.placement_verdict(runs, SIDES)
     assert out["passed"], out["reasons"]
 
 
 def test_placement_restricted_job_on_cloud_node_fails():
     runs = [{"cluster": "cloud", "job": "r2", "restricted": True, "node": "cloud-h200-1"}]
-    out = v.placement_verdict(runs, SIDES)
+    out = validation.placement_verdict(runs, SIDES)
     assert out["reasons"] == ["restricted job r2 in cluster cloud was scheduled on cloud node cloud-h200-1"]
     # an unknown node counts as cloud: fail closed
-    out = v.placement_verdict([{"cluster": "x", "job": "r", "restricted": True, "node": "who"}], SIDES)
+    out = validation.placement_verdict([{"cluster": "x", "job": "r", "restricted": True, "node": "who"}], SIDES)
     assert not out["passed"]
 
 
 def test_placement_unmarked_outside_policy_and_unscheduled_restricted():
-    out = v.placement_verdict([{"cluster": "cloud", "job": "u", "restricted": False,
-                                "node": "cloud-h200-1", "allowed_sides": ["owned"]},
-                               {"cluster": "onprem", "job": "r", "restricted": True, "node": None,
-                                "expect_scheduled": True}], SIDES)
+    out = validation.placement_verdict([{"cluster": "cloud", "job": "u", "restricted": False,
+                                         "node": "cloud-h200-1", "allowed_sides": ["owned"]},
+                                        {"cluster": "onprem", "job": "r", "restricted": True, "node": None,
+                                         "expect_scheduled": True}], SIDES)
     assert len(out["reasons"]) == 2
     assert "policy allows owned" in out["reasons"][0]
     assert "was not scheduled" in out["reasons"][1]
@@ -198,11 +198,11 @@ def test_placement_unmarked_outside_policy_and_unscheduled_restricted():
 
 def test_telemetry_verdicts():
     alert = {"labels": {"alertname": "GPUXidError", "node": "owned-a100-2"}, "state": "firing"}
-    ok = v.telemetry_verdict(["owned-a100-2", "cloud-h200-1"], ["owned-a100-2"], ["cloud-h200-1"],
-                             ["owned-a100-2"], [alert], "GPUXidError", "owned-a100-2")
+    ok = validation.telemetry_verdict(["owned-a100-2", "cloud-h200-1"], ["owned-a100-2"], ["cloud-h200-1"],
+                                      ["owned-a100-2"], [alert], "GPUXidError", "owned-a100-2")
     assert ok["passed"], ok["reasons"]
-    bad = v.telemetry_verdict(["cloud-h200-1"], ["owned-a100-2"], ["cloud-h200-1"], [],
-                              [dict(alert, state="pending")], "GPUXidError", "owned-a100-2")
+    bad = validation.telemetry_verdict(["cloud-h200-1"], ["owned-a100-2"], ["cloud-h200-1"], [],
+                                       [dict(alert, state="pending")], "GPUXidError", "owned-a100-2")
     assert bad["reasons"] == ["no GPU metrics from owned-a100-2",
                               "existing monitoring no longer receives data from owned-a100-2",
                               "alert GPUXidError did not fire for owned-a100-2"]
@@ -213,7 +213,7 @@ def test_telemetry_verdicts():
 def test_interruption_rejoined_and_job_continued():
     tl = {"cut_at": 100.0, "not_ready_at": 122.0, "restored_at": 130.0, "ready_again_at": 133.5,
           "job_succeeded": True, "job_phase": "Succeeded"}
-    out = v.interruption_verdict(tl, 30, 60)
+    out = validation.interruption_verdict(tl, 30, 60)
     assert out["passed"], out["reasons"]
     assert out["reported_after_s"] == 22.0 and out["rejoin_s"] == 3.5 and out["job_continued"]
 
@@ -221,7 +221,7 @@ def test_interruption_rejoined_and_job_continued():
 def test_interruption_never_rejoined_fails():
     tl = {"cut_at": 100.0, "not_ready_at": 122.0, "restored_at": 130.0, "ready_again_at": None,
           "job_succeeded": False, "job_phase": "Running"}
-    out = v.interruption_verdict(tl, 30, 60)
+    out = validation.interruption_verdict(tl, 30, 60)
     assert out["reasons"][0] == "the node did not rejoin (Ready=True) within 60s after the link came back"
     assert "did not complete (phase Running)" in out["reasons"][1]
 
@@ -229,7 +229,7 @@ def test_interruption_never_rejoined_fails():
 def test_interruption_never_reported_and_slow_rejoin():
     tl = {"cut_at": 100.0, "not_ready_at": None, "restored_at": 130.0, "ready_again_at": 230.0,
           "job_succeeded": True}
-    out = v.interruption_verdict(tl, 30, 60)
+    out = validation.interruption_verdict(tl, 30, 60)
     assert out["reasons"] == ["the node was never reported as not Ready during the 30s cut",
                               "rejoin took 100.0s, more than 60s"]
 
@@ -239,7 +239,7 @@ def test_interruption_never_reported_and_slow_rejoin():
 def test_node_record_orders_steps_and_lists_failures():
     steps = [{"step": "collectives", "passed": False, "reasons": ["x"]},
              {"step": "inventory", "passed": True, "reasons": []}]
-    rec = v.node_record("owned-a100-1", "owned", "ng_a100_535", steps)
+    rec = validation.node_record("owned-a100-1", "owned", "ng_a100_535", steps)
     assert [s["step"] for s in rec["steps"]] == ["inventory", "collectives"]
     assert rec["failed_steps"] == ["collectives"] and rec["passed"] is False
-    assert v.record_filename("a/b") == "validate-a_b.json"
+    assert validation.record_filename("a/b") == "validate-a_b.json"

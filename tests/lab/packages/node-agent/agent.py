@@ -1,9 +1,12 @@
 #!/usr/bin/python3
 """hybridgpu-node-agent: the lab's kubelet stand-in (Python 3 standard library only).
 
-It registers this machine as a Kubernetes Node, heartbeats its Ready condition, runs the
-Pods bound to it as plain processes and reports their phase, exit codes and logs. It speaks
-plain Kubernetes REST (core/v1) over HTTPS with a bearer token.
+It registers this machine as a Kubernetes Node, heartbeats its Ready condition, renews the
+Node's Lease in kube-node-lease (coordination.k8s.io/v1, as the kubelet does), runs the Pods
+bound to it as plain processes and reports their phase, exit codes and logs. A pod that gets a
+deletionTimestamp is stopped (SIGTERM, SIGKILL after its deletionGracePeriodSeconds) and its
+deletion confirmed with a grace-0 delete, as the kubelet does. It speaks plain Kubernetes REST
+over HTTPS with a bearer token.
 
 Files:
   /etc/hybridgpu/node-agent/config.json  optional settings (see DEFAULTS); env HGPU_AGENT_CONFIG
@@ -31,13 +34,15 @@ DEFAULTS = {
     "node_name": None,                 # default: the hostname
     "kubeconfig": "/etc/hybridgpu/node-agent/kubeconfig",
     "heartbeat_interval": 2.0,         # seconds between Ready heartbeats
+    "lease_interval": 10.0,            # seconds between Lease renewals (kubelet: a quarter of the duration)
+    "lease_duration": 40,              # leaseDurationSeconds, as the kubelet
     "pod_poll_interval": 2.0,          # seconds between pod list polls
     "kubelet_version": "v1.30.4-hybridgpu",
     "state_dir": "/var/lib/hybridgpu-node-agent",
     "nvidia_smi": "nvidia-smi",
     "request_timeout": 5.0,
     "max_backoff": 8.0,                # cap of the retry backoff while the API is unreachable
-    "kill_grace": 5.0,                 # SIGTERM -> SIGKILL delay for deleted pods
+    "kill_grace": 5.0,                 # SIGTERM -> SIGKILL delay for pods gone from the API without a grace
     "max_pods": 110,
 }
 LOG_TAIL = 64 * 1024
@@ -52,6 +57,15 @@ def log(msg, *args):
 
 def now_rfc3339():
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def now_micro():
+    """A metav1.MicroTime, what Lease renewTime holds."""
+    now = time.time()
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now)) + ".%06dZ" % int((now % 1) * 1e6)
+
+
+LEASE_PATH = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases"
 
 
 # ---------------------------------------------------------------- configuration
@@ -522,6 +536,9 @@ class Agent:
         self.since = now_rfc3339()
         self.host_ip = local_address(api.server)
         self.next_heartbeat = 0.0
+        self.next_lease = 0.0
+        self.lease = None       # the Lease as last read or written
+        self.node_uid = None
         self.next_poll = 0.0
         self.backoff = 0.0
         self.online = None
@@ -545,6 +562,7 @@ class Agent:
                 content_type="application/strategic-merge-patch+json")
         if code in (200, 201):
             self.registered = True
+            self.node_uid = ((body or {}).get("metadata") or {}).get("uid") if isinstance(body, dict) else None
             log("node %s registered (%d GPUs)", self.node, len(self.gpus))
             return self.heartbeat()
         log("node registration failed: HTTP %s %s", code, _reason(body))
@@ -562,6 +580,42 @@ class Agent:
             log("heartbeat failed: HTTP %s %s", code, _reason(body))
             return False
         return True
+
+    def lease_body(self):
+        lease = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                 "metadata": {"name": self.node, "namespace": "kube-node-lease"},
+                 "spec": {"holderIdentity": self.node,
+                          "leaseDurationSeconds": int(self.cfg["lease_duration"]),
+                          "renewTime": now_micro()}}
+        if self.node_uid:
+            lease["metadata"]["ownerReferences"] = [{"apiVersion": "v1", "kind": "Node",
+                                                     "name": self.node, "uid": self.node_uid}]
+        return lease
+
+    def renew_lease(self):
+        """Create or renew the Node's Lease, as the kubelet's node lease controller does: update
+        the copy last seen, read it again after a conflict, create it when it is missing."""
+        if self.lease is None:
+            code, body = self.api.request("GET", "%s/%s" % (LEASE_PATH, self.node))
+            if code == 404:
+                code, body = self.api.request("POST", LEASE_PATH, self.lease_body())
+                if code in (200, 201):
+                    self.lease = body
+                    return True
+            if code != 200:
+                log("lease read/create failed: HTTP %s %s", code, _reason(body))
+                return False
+            self.lease = body
+        lease = dict(self.lease)
+        lease["spec"] = dict(lease.get("spec") or {}, holderIdentity=self.node, renewTime=now_micro(),
+                             leaseDurationSeconds=int(self.cfg["lease_duration"]))
+        code, body = self.api.request("PUT", "%s/%s" % (LEASE_PATH, self.node), lease)
+        if code == 200:
+            self.lease = body
+            return True
+        self.lease = None   # conflict or gone: read it again next time
+        log("lease renewal failed: HTTP %s %s", code, _reason(body))
+        return False
 
     # -- pods
     def _recover(self):
@@ -671,12 +725,11 @@ class Agent:
             local = self.pods.get(uid)
             phase = (pod.get("status") or {}).get("phase") or "Pending"
             if meta.get("deletionTimestamp"):
+                # Terminating: stop the containers within the pod's grace, then confirm.
                 if local:
-                    self._kill(local)
+                    self._kill(local, meta.get("deletionGracePeriodSeconds"))
                 if not local or local.phase not in ("Pending", "Running"):
-                    self.api.request("DELETE", "/api/v1/namespaces/%s/pods/%s" % (
-                        meta.get("namespace", "default"), meta.get("name")),
-                        {"kind": "DeleteOptions", "apiVersion": "v1", "gracePeriodSeconds": 0})
+                    self.confirm_deletion(meta)
                 continue
             if local is None and phase == "Pending":
                 self.start_pod(pod)
@@ -689,14 +742,30 @@ class Agent:
                     del self.pods[uid]
         return True
 
-    def _kill(self, local):
+    def confirm_deletion(self, meta):
+        """The kubelet's last word on a Terminating pod: delete it with grace 0 (this uid only)."""
+        code, body = self.api.request("DELETE", "/api/v1/namespaces/%s/pods/%s" % (
+            meta.get("namespace", "default"), meta.get("name")),
+            {"kind": "DeleteOptions", "apiVersion": "v1", "gracePeriodSeconds": 0,
+             "preconditions": {"uid": meta.get("uid")}})
+        if code in (200, 404, 409):
+            log("pod %s/%s terminated", meta.get("namespace"), meta.get("name"))
+            return True
+        log("pod deletion confirm for %s/%s failed: HTTP %s %s", meta.get("namespace"), meta.get("name"),
+            code, _reason(body))
+        return False
+
+    def _kill(self, local, grace=None):
+        """SIGTERM now, SIGKILL once `grace` seconds (the pod's deletionGracePeriodSeconds, else
+        kill_grace) have passed."""
         if local.phase != "Running":
             return
+        grace = float(self.cfg["kill_grace"]) if grace is None else float(grace)
         if local.killed_at is None:
             log("pod %s/%s deleted on the API: stopping it", local.namespace, local.name)
             local.killed_at = time.monotonic()
-            local.terminate()
-        elif time.monotonic() - local.killed_at > float(self.cfg["kill_grace"]):
+            local.terminate(force=grace <= 0)
+        elif time.monotonic() - local.killed_at >= grace:
             local.terminate(force=True)
 
     def step(self):
@@ -713,6 +782,9 @@ class Agent:
             elif now >= self.next_heartbeat:
                 self.heartbeat()
                 self.next_heartbeat = now + float(self.cfg["heartbeat_interval"])
+            if self.registered and now >= self.next_lease:
+                self.renew_lease()
+                self.next_lease = now + float(self.cfg["lease_interval"])
             if self.registered and now >= self.next_poll:
                 self.sync_pods()
                 self.next_poll = now + float(self.cfg["pod_poll_interval"])

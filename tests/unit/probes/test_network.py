@@ -1,11 +1,11 @@
-"""Unit tests for plugins/module_utils/preflight/probes.py (net, path-MTU and clock probe logic)."""
+"""Unit tests for plugins/module_utils/preflight/network.py (net and path-MTU probe logic)."""
 import socket
 import threading
 
 import pytest
 
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.parsers import ping
-from ansible_collections.hybridgpu.fleet.plugins.module_utils.preflight import probes as p
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.preflight import network
 
 ADDR = "10.213.77.13"
 
@@ -41,41 +41,41 @@ def path(mtu, mode):
 
 def test_clean_path_is_two_pings():
     send, sent = path(1500, "blackhole")
-    out = p.pmtu_search(send, 1500, 576)
+    out = network.pmtu_search(send, 1500, 576)
     assert out["effective_mtu"] == 1500 and not out["blackhole"] and sent == [576, 1500]
 
 
 def test_blackhole_found_by_binary_search():
     send, sent = path(1380, "blackhole")
-    out = p.pmtu_search(send, 1500, 576)
+    out = network.pmtu_search(send, 1500, 576)
     assert out["effective_mtu"] == 1380
     assert out["blackhole"] is True and out["frag_needed"] == []
     assert 1500 in out["vanished"] and all(s > 1380 for s in out["vanished"])
     assert len(sent) <= 14
-    res = p.pmtu_result({"address": ADDR, "expected_mtu": 1500}, out)
+    res = network.pmtu_result({"address": ADDR, "expected_mtu": 1500}, out)
     assert res["verdict"] == "fail" and res["recommended_mtu"] == 1380 and res["recommended_mss"] == 1340
     assert "PMTU black hole" in res["evidence"] and "below the expected 1500" in res["evidence"]
 
 
 def test_frag_needed_is_not_a_blackhole_and_hint_is_used():
     send, sent = path(1400, "frag")
-    out = p.pmtu_search(send, 1500, 576)
+    out = network.pmtu_search(send, 1500, 576)
     assert out["effective_mtu"] == 1400 and out["blackhole"] is False
     assert sent == [576, 1500, 1400, 1401]
-    res = p.pmtu_result({"address": ADDR}, out)
+    res = network.pmtu_result({"address": ADDR}, out)
     assert res["verdict"] == "pass" and "PMTU discovery works" in res["evidence"]
 
 
 def test_local_mtu_hint():
     send, sent = path(1280, "local")
-    out = p.pmtu_search(send, 1500, 576)
+    out = network.pmtu_search(send, 1500, 576)
     assert out["effective_mtu"] == 1280 and out["local_mtu"] == 1280 and not out["blackhole"]
 
 
 def test_unreachable_target_fails():
     send, dummy = path(0, "blackhole")
-    out = p.pmtu_search(send, 1500, 576)
-    res = p.pmtu_result({"address": ADDR}, out)
+    out = network.pmtu_search(send, 1500, 576)
+    res = network.pmtu_result({"address": ADDR}, out)
     assert res["observed"] == "error" and res["verdict"] == "fail" and "unreachable" in res["evidence"]
 
 
@@ -86,7 +86,7 @@ def test_run_pmtu_probes_builds_df_ping_argv():
         calls.append(argv)
         size = int(argv[argv.index("-s") + 1]) + 28
         return 0, _ping_text(size, "ok" if size <= 1450 else "blackhole"), ""
-    res = p.run_pmtu_probes([{"id": "t", "address": ADDR}], run)
+    res = network.run_pmtu_probes([{"id": "t", "address": ADDR}], run)
     assert res["t"]["effective_mtu"] == 1450
     assert calls[0][:1] == ["ping"] and "-M" in calls[0] and calls[0][calls[0].index("-M") + 1] == "do"
 
@@ -98,12 +98,10 @@ def test_run_pmtu_probes_builds_df_ping_argv():
     ([{"id": "a", "address": ADDR}, {"id": "a", "address": ADDR}], "duplicate id"),
 ])
 def test_pmtu_target_errors(targets, msg):
-    with pytest.raises(p.ProbeError) as err:
-        p.validate_pmtu_targets(targets)
+    with pytest.raises(network.ProbeError) as err:
+        network.validate_pmtu_targets(targets)
     assert msg in str(err.value)
 
-
-# ------------------------------------------------------------------ net
 
 @pytest.fixture
 def listener():
@@ -123,7 +121,7 @@ def _free_port():
 
 
 def test_tcp_open_and_closed_on_loopback(listener):
-    res = p.run_net_probes([
+    res = network.run_net_probes([
         {"id": "open", "protocol": "tcp", "address": "127.0.0.1", "port": listener},
         {"id": "closed", "protocol": "tcp", "address": "127.0.0.1", "port": _free_port()},
     ], timeout=1.0)
@@ -135,14 +133,14 @@ def test_tcp_open_and_closed_on_loopback(listener):
 def test_tcp_timeout_is_closed_as_filtered():
     def connect(addr, timeout):
         raise socket.timeout("timed out")
-    res = p.tcp_probe("10.213.77.13", 22, 0.1, connect=connect)
+    res = network.tcp_probe("10.213.77.13", 22, 0.1, connect=connect)
     assert res["observed"] == "closed" and "dropped/filtered" in res["evidence"]
 
 
 def test_tcp_other_error_is_error():
     def connect(addr, timeout):
         raise OSError(99, "Cannot assign requested address")
-    assert p.tcp_probe("10.213.77.13", 22, 0.1, connect=connect)["observed"] == "error"
+    assert network.tcp_probe("10.213.77.13", 22, 0.1, connect=connect)["observed"] == "error"
 
 
 def test_udp_reply_open_port_unreachable_closed_silence_error():
@@ -158,7 +156,7 @@ def test_udp_reply_open_port_unreachable_closed_silence_error():
     silent = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     silent.bind(("127.0.0.1", 0))
     try:
-        res = p.run_net_probes([
+        res = network.run_net_probes([
             {"id": "u-open", "protocol": "udp", "address": "127.0.0.1", "port": port},
             {"id": "u-closed", "protocol": "udp", "address": "127.0.0.1", "port": _free_port()},
             {"id": "u-silent", "protocol": "udp", "address": "127.0.0.1", "port": silent.getsockname()[1]},
@@ -181,9 +179,9 @@ def test_icmp_uses_ping_parser():
 
     def missing(argv):
         return 127, "", "ping not found"
-    assert p.icmp_probe(ADDR, ok)["observed"] == "open"
-    assert p.icmp_probe(ADDR, lost)["observed"] == "closed"
-    assert p.icmp_probe(ADDR, missing)["observed"] == "error"
+    assert network.icmp_probe(ADDR, ok)["observed"] == "open"
+    assert network.icmp_probe(ADDR, lost)["observed"] == "closed"
+    assert network.icmp_probe(ADDR, missing)["observed"] == "error"
 
 
 @pytest.mark.parametrize("probe,msg", [
@@ -193,101 +191,6 @@ def test_icmp_uses_ping_parser():
     ({"id": "x", "protocol": "tcp", "port": 22}, "probes[0] (x).address: required"),
 ])
 def test_net_probe_input_errors(probe, msg):
-    with pytest.raises(p.ProbeError) as err:
-        p.validate_net_probes([probe])
+    with pytest.raises(network.ProbeError) as err:
+        network.validate_net_probes([probe])
     assert msg in str(err.value)
-
-
-# ------------------------------------------------------------------ clock
-
-def test_offset_math_compensates_rtt_and_picks_lowest_delay():
-    # Node 2 s behind the server, 10 ms each way; a slow sample must lose.
-    samples = [(100.0, 102.010, 102.011, 100.021), (200.0, 202.5, 202.5, 201.0)]
-    offset, delay = p.offset_from_samples(samples)
-    assert offset == pytest.approx(-2.0, abs=1e-6) and delay == pytest.approx(0.020, abs=1e-6)
-
-
-def test_serve_and_query_over_loopback_with_shifted_server_clock():
-    srv = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    srv.bind(("127.0.0.1", 0))
-    port = srv.getsockname()[1]
-    import time
-    out = {}
-    t = threading.Thread(target=lambda: out.update(p.serve(srv, 5, expect_clients=1,
-                                                           now=lambda: time.time() + 30.0)))
-    t.start()
-    cli = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    samples, lost = p.query(cli, "127.0.0.1", port, samples=4, timeout=1.0, name="n1")
-    t.join(5)
-    cli.close()
-    srv.close()
-    assert lost == 0 and len(samples) == 4
-    assert out["complete"] is True and out["clients"] == ["n1"] and out["requests"] == 4
-    res = p.clock_result(samples, lost, {"synchronised": True, "sources": ["chrony"]}, 100.0, True, "x:1")
-    assert res["verdict"] == "fail" and res["offset_ms"] == pytest.approx(-30000.0, abs=50)
-    assert "exceeds 100" in res["evidence"]
-
-
-def test_answer_ignores_foreign_datagrams():
-    assert p.answer(b"GET / HTTP/1.0", lambda: 1.0) is None
-    assert p.answer(b"HGPUCLK1 Q notafloat n", lambda: 1.0) is None
-    assert p.parse_answer(p.answer(p.encode_request(1.5, "n0"), lambda: 2.0), "n1") is None
-
-
-CHRONY_UNSYNC = """Reference ID    : 00000000 ()
-Stratum         : 0
-Ref time (UTC)  : Thu Jan 01 00:00:00 1970
-System time     : 0.000000000 seconds fast of NTP time
-Last offset     : +0.000000000 seconds
-RMS offset      : 0.000000000 seconds
-Frequency       : 0.000 ppm slow
-Residual freq   : +0.000 ppm
-Skew            : 0.000 ppm
-Root delay      : 1.000000000 seconds
-Root dispersion : 1.000000000 seconds
-Update interval : 0.0 seconds
-Leap status     : Not synchronised
-"""
-TIMEDATECTL_SYNC = "Timezone=Etc/UTC\nLocalRTC=no\nCanNTP=yes\nNTP=yes\nNTPSynchronized=yes\n"
-
-
-def test_time_sync_status_with_parsers():
-    outputs = {"chronyc": (0, CHRONY_UNSYNC, ""), "timedatectl": (0, TIMEDATECTL_SYNC, "")}
-    st = p.time_sync_status(lambda argv: outputs[argv[0]])
-    assert st["chrony"]["synchronised"] is False and st["timedatectl"]["synchronized"] is True
-    assert st["synchronised"] is True and st["sources"] == ["chrony", "timedatectl"]
-    outputs["timedatectl"] = (1, "", "Failed to connect to bus")
-    st = p.time_sync_status(lambda argv: outputs[argv[0]])
-    assert st["synchronised"] is False
-    res = p.clock_result([(1.0, 1.0005, 1.0006, 1.0011)], 0, st, 100.0, True, "x:1")
-    assert res["verdict"] == "fail" and "time sync not established" in res["evidence"]
-    res = p.clock_result([(1.0, 1.0005, 1.0006, 1.0011)], 0, st, 100.0, False, "x:1")
-    assert res["verdict"] == "pass"
-
-
-def test_no_answer_fails():
-    res = p.clock_result([], 8, {"synchronised": None, "sources": []}, 100.0, False, "10.213.77.1:12123")
-    assert res["observed"] == "error" and res["verdict"] == "fail"
-
-
-def test_record_rows_have_ids_and_verdicts():
-    rows = p.record_rows("clock", "owned-a100-1", {"owned-a100-1": {"verdict": "pass", "observed": "open",
-                                                                    "server": "10.213.77.1:12123"}})
-    assert rows[0]["id"] == "clock:owned-a100-1" and rows[0]["verdict"] == "pass"
-
-
-def test_stop_datagram_only_from_own_address():
-    import time
-    srv = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    srv.bind(("127.0.0.1", 0))
-    port = srv.getsockname()[1]
-    out = {}
-    t = threading.Thread(target=lambda: out.update(p.serve(srv, 10, expect_clients=3)))
-    t.start()
-    cli = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    cli.sendto(p.encode_stop(), ("127.0.0.1", port))
-    start = time.monotonic()
-    t.join(5)
-    cli.close()
-    srv.close()
-    assert out["stopped"] is True and out["complete"] is False and time.monotonic() - start < 3
