@@ -41,7 +41,7 @@ def test_kubernetes_core_playbook(api):
              "-e", "pool_label=%s" % POOL_LABEL, "-e", "pool=%s" % pool, "-e", "mark=%s" % h.uniq("m")]
     playbook = os.path.join(os.path.dirname(sys.executable), "ansible-playbook")
     proc = subprocess.run([playbook, "-i", "localhost,", PLAYBOOK] + extra, capture_output=True, text=True,
-                          env=env, timeout=300, cwd=h.workdir)
+                          env=env, timeout=300, cwd=h.workdir, check=False)
     assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
     assert [t.key for t in h.core.read_node(node).spec.taints or []].count("hybridgpu.io/maintenance") == 1
     assert h.core.read_node(other).spec.unschedulable is True

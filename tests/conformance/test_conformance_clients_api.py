@@ -39,7 +39,7 @@ def test_openapi_v3_lets_kubectl_use_server_side_validation(api):
     code, dummy, index = raw(api_client, "GET", "/openapi/v3", {"Accept": "application/json"})
     assert code == 200
     url = index["paths"]["api/v1"]["serverRelativeURL"]
-    path, _, query = url.partition("?")
+    path, _sep, query = url.partition("?")
     code, dummy, doc = raw(api_client, "GET", path, {"Accept": "application/json"},
                            query=dict([query.split("=", 1)]) if query else None)
     assert code == 200 and doc["openapi"].startswith("3.")
@@ -158,7 +158,7 @@ def test_server_side_apply_creates_merges_and_names_the_conflicting_manager(api)
 def test_continue_token_survives_deletions_between_pages(api):
     dummy, h = api
     sel = "page=%s" % h.run_id
-    names = sorted(h.uniq("page") for _ in range(5))
+    names = sorted(h.uniq("page") for _index in range(5))
     for name in names:
         h.core.create_namespaced_config_map(h.ns, {"metadata": {"name": name, "labels": {"page": h.run_id}}})
     first = h.core.list_namespaced_config_map(h.ns, label_selector=sel, limit=2)
@@ -180,7 +180,7 @@ def test_continue_token_older_than_the_history_is_410(api):
     emulator_only(h, "needs the emulator's write history to be compacted on demand")
     from k8s_emulator import store as storelib
     sel = "expire=%s" % h.run_id
-    for _ in range(3):
+    for _attempt in range(3):
         h.core.create_namespaced_config_map(h.ns, {"metadata": {"name": h.uniq("exp"),
                                                                 "labels": {"expire": h.run_id}}})
     first = h.core.list_namespaced_config_map(h.ns, label_selector=sel, limit=1)

@@ -261,7 +261,7 @@ def test_chunked_list_with_deletions_between_pages(api, kctl):
     dummy, h = api
     mark = h.uniq("c")
     sel = "chunk=%s" % mark
-    names = sorted(h.uniq("kch") for _ in range(30))
+    names = sorted(h.uniq("kch") for _index in range(30))
     for name in names:
         h.core.create_namespaced_config_map(h.ns, {"metadata": {"name": name, "labels": {"chunk": mark}}})
     proc = kctl.popen("get", "configmaps", "-n", h.ns, "-l", sel, "--chunk-size=1", "-o", "name")

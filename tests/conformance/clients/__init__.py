@@ -8,6 +8,7 @@ def release_nodes(h, since):
         h.kubelet.remove(name)
         try:
             h.core.delete_node(name)
-        except Exception:  # pylint: disable=broad-except  (already gone)
+        except Exception:  # pylint: disable=broad-except
+            # already gone
             pass
     del h.created_nodes[since:]

@@ -57,7 +57,8 @@ class Kubectl:
         return base + list(args)
 
     def run(self, *args, check=True, timeout=60, stdin=None):
-        proc = subprocess.run(self.argv(*args), capture_output=True, text=True, timeout=timeout, input=stdin)
+        proc = subprocess.run(self.argv(*args), capture_output=True, text=True, timeout=timeout, input=stdin,
+                              check=False)
         if check and proc.returncode != 0:
             what = " ".join(args)
             raise AssertionError("%s failed (%d):\n%s%s" % (what, proc.returncode, proc.stdout, proc.stderr))
