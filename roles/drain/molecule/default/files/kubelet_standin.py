@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """A minimal kubelet stand-in for the drain scenario's two Nodes (no agent runs for them).
 
-Every second: post a Ready heartbeat for each Node, and report every pod of the scenario's
+Every second: post a Ready heartbeat for each Node, report every pod of the scenario's
 namespace bound to one of them as Running and Ready (what a kubelet does once the containers
-started). Stops when the namespace is gone (cleanup deleted it) or after --seconds.
+started), and confirm the deletion of a pod that is terminating there (a kubelet's grace-0
+delete once the containers stopped). Stops when the namespace is gone (cleanup deleted it) or after --seconds.
 Talks only to the emulator given by --api. The admin token comes from HGPU_MOL_TOKEN.
 """
 import argparse
@@ -54,6 +55,12 @@ def main():
         status, pods = call(args, ctx, "GET", "/api/v1/namespaces/%s/pods" % args.namespace)
         for pod in pods.get("items", []) if status == 200 else []:
             st = pod.get("status") or {}
+            meta = pod["metadata"]
+            if pod["spec"].get("nodeName") in args.node and meta.get("deletionTimestamp"):
+                call(args, ctx, "DELETE", "/api/v1/namespaces/%s/pods/%s" % (args.namespace, meta["name"]),
+                     {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0,
+                      "preconditions": {"uid": meta["uid"]}}, ctype="application/json")
+                continue
             if pod["spec"].get("nodeName") in args.node and st.get("phase") in (None, "Pending"):
                 call(args, ctx, "PATCH", "/api/v1/namespaces/%s/pods/%s/status"
                      % (args.namespace, pod["metadata"]["name"]),
