@@ -28,13 +28,10 @@ __metaclass__ = type
 import datetime
 import json
 import os
-import shutil
-import tempfile
 
-from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import cmd
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import schema as s
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.common.approval_signing import (
-    NAMESPACE, ApprovalError, keygen, read_text, verify_boundary, verify_signature)
+    NAMESPACE, ApprovalError, read_text, sign_copy, verify_boundary, verify_signature)
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.common.boundary import ACTIONS, ID_PATTERN
 
 # Namespace of the security owner's signature over the boundary file (<boundary>.sig).
@@ -326,18 +323,4 @@ def sign_file(record_path, key_path, out_path=None):
     """Sign ``record_path`` with the private key; returns the signature path."""
     with open(record_path, "r", encoding="utf-8") as fh:
         parse_record(fh.read(), os.path.basename(record_path))
-    out_path = out_path or record_path + ".sig"
-    tmp = tempfile.mkdtemp(prefix="hgpu-sign-")
-    try:
-        copy = os.path.join(tmp, "record")
-        shutil.copyfile(record_path, copy)
-        try:
-            keygen(["-Y", "sign", "-f", key_path, "-n", NAMESPACE, copy])
-        except cmd.CommandError as err:
-            if err.rc is None:
-                raise
-            raise ApprovalError(["ssh-keygen -Y sign with %s failed: %s" % (key_path, err.err.strip())])
-        shutil.copyfile(copy + ".sig", out_path)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return out_path
+    return sign_copy(record_path, key_path, NAMESPACE, out_path)

@@ -153,17 +153,17 @@ def read_text(path, what):
 
 
 # --- CLI for approvers -----------------------------------------------------------------
-def sign_boundary(boundary_path, key_path, out_path=None):
-    """The security owner signs the exact bytes of the boundary; returns ``<boundary>.sig``."""
-    with open(boundary_path, "r", encoding="utf-8") as fh:
-        load_boundary_text(fh.read(), os.path.basename(boundary_path))
-    out_path = out_path or boundary_path + ".sig"
+def sign_copy(path, key_path, namespace, out_path=None):
+    """Sign the exact bytes of ``path`` with the private key under ``namespace`` (ssh-keygen signs
+    a copy in a private folder, so nothing is written beside the file but ``out_path``, by default
+    ``<path>.sig``); returns the signature path."""
+    out_path = out_path or path + ".sig"
     tmp = tempfile.mkdtemp(prefix="hgpu-sign-")
     try:
-        copy = os.path.join(tmp, "boundary")
-        shutil.copyfile(boundary_path, copy)
+        copy = os.path.join(tmp, "document")
+        shutil.copyfile(path, copy)
         try:
-            keygen(["-Y", "sign", "-f", key_path, "-n", BOUNDARY_NAMESPACE, copy])
+            keygen(["-Y", "sign", "-f", key_path, "-n", namespace, copy])
         except cmd.CommandError as err:
             if err.rc is None:
                 raise
@@ -172,6 +172,13 @@ def sign_boundary(boundary_path, key_path, out_path=None):
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return out_path
+
+
+def sign_boundary(boundary_path, key_path, out_path=None):
+    """The security owner signs the exact bytes of the boundary; returns ``<boundary>.sig``."""
+    with open(boundary_path, "r", encoding="utf-8") as fh:
+        load_boundary_text(fh.read(), os.path.basename(boundary_path))
+    return sign_copy(boundary_path, key_path, BOUNDARY_NAMESPACE, out_path)
 
 
 def boundary_signers_line(person_id, public_key):
