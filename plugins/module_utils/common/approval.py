@@ -47,17 +47,8 @@ PLAYBOOK_ACTIONS = {
 
 def _aware_time(value):
     """An ISO 8601 date-time with a timezone (Z or +HH:MM), as aware UTC; no date-only, no local time."""
-    if isinstance(value, datetime.datetime):
-        parsed = value
-    elif isinstance(value, str):
-        text = value.strip()
-        if text.endswith("Z"):
-            text = text[:-1] + "+00:00"
-        try:
-            parsed = datetime.datetime.fromisoformat(text)
-        except ValueError:
-            return value, "expected an ISO 8601 date-time, got %r" % (value,)
-    else:
+    parsed = s.parse_iso_datetime(value) if isinstance(value, (str, datetime.datetime)) else None
+    if parsed is None:
         return value, "expected an ISO 8601 date-time with a timezone, got %r" % (value,)
     if parsed.tzinfo is None or parsed.utcoffset() is None:
         return value, "%s has no timezone (write it as 2025-06-01T08:00:00Z or with +HH:MM)" % (value,)

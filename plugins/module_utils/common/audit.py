@@ -194,6 +194,15 @@ def _anchor_locked(path, entry, anchors_path, checkpoint_key, checkpoint_every, 
     return checkpoint, sent, warnings
 
 
+def _append_anchored(handle, path, event, anchors_path, checkpoint_key, checkpoint_every, syslog_socket):
+    """Append under the held lock, then anchor the new head; the write() result."""
+    entry = _append_locked(handle, path, event, anchors_path)
+    checkpoint, sent, warnings = _anchor_locked(path, entry, anchors_path, checkpoint_key,
+                                                checkpoint_every, syslog_socket)
+    return {"entry": entry, "head": {"seq": entry["seq"], "hash": entry["hash"]}, "anchors": anchors_path,
+            "checkpoint": checkpoint, "syslog": sent, "warnings": warnings}
+
+
 def _open_locked(path):
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
@@ -213,14 +222,12 @@ def write(path, event, anchors=None, checkpoint_key=None, checkpoint_every=100, 
     anchors_path = anchors or audit_anchor.default_path(path)
     handle = _open_locked(path)
     try:
-        entry = _append_locked(handle, path, event, anchors_path)
-        checkpoint, sent, warnings = _anchor_locked(path, entry, anchors_path, checkpoint_key,
-                                                    checkpoint_every, syslog_socket)
+        result = _append_anchored(handle, path, event, anchors_path, checkpoint_key, checkpoint_every,
+                                  syslog_socket)
     finally:
         fcntl.flock(handle, fcntl.LOCK_UN)
         handle.close()
-    return {"entry": entry, "head": {"seq": entry["seq"], "hash": entry["hash"]}, "anchors": anchors_path,
-            "checkpoint": checkpoint, "syslog": sent, "warnings": warnings}
+    return result
 
 
 def append(path, event, **anchoring):
@@ -276,15 +283,13 @@ def repair_torn_tail(path, executor, change_id="audit-repair", approver=None, an
         handle.truncate(tail["offset"])
         handle.flush()
         os.fsync(handle.fileno())
-        entry = _append_locked(handle, path, event, anchors_path)
-        checkpoint, sent, warnings = _anchor_locked(path, entry, anchors_path, checkpoint_key,
-                                                    checkpoint_every, syslog_socket)
+        result = _append_anchored(handle, path, event, anchors_path, checkpoint_key, checkpoint_every,
+                                  syslog_socket)
     finally:
         fcntl.flock(handle, fcntl.LOCK_UN)
         handle.close()
-    return {"entry": entry, "head": {"seq": entry["seq"], "hash": entry["hash"]}, "anchors": anchors_path,
-            "checkpoint": checkpoint, "syslog": sent, "warnings": warnings,
-            "moved_to": aside, "bytes": len(torn), "sha256": digest, "line": tail["lineno"]}
+    result.update({"moved_to": aside, "bytes": len(torn), "sha256": digest, "line": tail["lineno"]})
+    return result
 
 
 def _result(ok, count, prev_hash, bad=None, **extra):

@@ -126,20 +126,28 @@ class Timestamp(Spec):
         return parsed
 
 
-def parse_timestamp(value):
+def parse_iso_datetime(value):
+    """An ISO 8601 date-time (``Z`` or an offset allowed) as a datetime, naive when it names no
+    timezone; a date becomes midnight; None when it is neither."""
     if isinstance(value, datetime.datetime):
-        dt = value
-    elif isinstance(value, datetime.date):
-        dt = datetime.datetime(value.year, value.month, value.day)
-    elif isinstance(value, str):
-        text = value.strip()
-        if text.endswith("Z"):
-            text = text[:-1] + "+00:00"
-        try:
-            dt = datetime.datetime.fromisoformat(text)
-        except ValueError:
-            return None
-    else:
+        return value
+    if isinstance(value, datetime.date):
+        return datetime.datetime(value.year, value.month, value.day)
+    if not isinstance(value, str):
+        return None
+    text = value.strip()
+    if text.endswith("Z"):
+        text = text[:-1] + "+00:00"
+    try:
+        return datetime.datetime.fromisoformat(text)
+    except ValueError:
+        return None
+
+
+def parse_timestamp(value):
+    """A timestamp as aware UTC; one without a timezone is read as UTC."""
+    dt = parse_iso_datetime(value)
+    if dt is None:
         return None
     if dt.tzinfo is None:
         dt = dt.replace(tzinfo=datetime.timezone.utc)
