@@ -195,3 +195,17 @@ def test_rehearsal_moves_535_to_550(setup):
             fh.write(text)
     journal = ssh(NODE, "journalctl -t hybridgpu-audit --no-pager -o cat | grep CHG-UP-LAB").stdout
     assert "driver_upgrade" in journal and "uncordon" in journal
+
+
+def test_lab_up_puts_a_rehearsed_driver_back(setup):
+    """`lab up` after the rehearsal (550 installed and held, as `make demo` leaves the node) brings
+    the node back to the lab's declared 535 release in place, so `make test` can follow `make demo`."""
+    from conftest import UP, lab_cmd
+    assert driver().startswith("550."), "test_rehearsal_moves_535_to_550 must leave 550 first, got " + driver()
+    res = lab_cmd(*UP)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    assert "%s: driver was nvidia-driver-550" % NODE in res.stdout + res.stderr, res.stdout[-3000:]
+    assert driver().startswith("535."), driver()
+    pkgs = ssh(NODE, "dpkg-query -W -f='${Package} ${db:Status-Abbrev}\\n' 'nvidia-driver-*' | grep -v ' un'").stdout
+    assert pkgs.split() == ["nvidia-driver-535", "hi"], pkgs
+    wait_in_service()

@@ -56,18 +56,55 @@ def installed(node, pkgs):
             if len(ln.split()) > 1 and ln.split()[1].startswith("ii")}
 
 
+def installed_drivers(node):
+    """{package: (version, held)} of the NVIDIA driver packages installed on the node."""
+    res = run(["podman", "exec", node["name"], "dpkg-query", "-W", "-f",
+               "${Package} ${Version} ${db:Status-Abbrev}\\n", "nvidia-driver-*"], check=False)
+    out = {}
+    for ln in res.stdout.splitlines():
+        parts = ln.split()
+        if len(parts) == 3 and parts[2][1:2] == "i":
+            out[parts[0]] = (parts[1], parts[2].startswith("h"))
+    return out
+
+
+def restore_driver(node, drivers):
+    """Put the node back on its row's declared driver in one apt transaction (unhold, install the
+    declared release, purge the others), keeping a hold when the node had one, and restart the
+    node's kubelet so its driver label follows. Returns a line saying what changed."""
+    row = config.ROWS[node["row"]]
+    held = any(h for _, h in drivers.values())
+    others = sorted(p for p in drivers if p != row["driver"])
+    script = ["apt-get update -qq", "apt-mark unhold %s >/dev/null" % " ".join(sorted(drivers)),
+              "apt-get install -y -q --allow-downgrades --no-install-recommends %s=%s >/dev/null"
+              % (row["driver"], row["driver_version"])]
+    if others:
+        script.append("apt-get purge -y -q %s >/dev/null" % " ".join(others))
+    if held:
+        script.append("apt-mark hold %s >/dev/null" % row["driver"])
+    script.append("for u in kubelet hybridgpu-node-agent; do systemctl try-restart $u.service 2>/dev/null; done; true")
+    run(["podman", "exec", node["name"], "env", "DEBIAN_FRONTEND=noninteractive", "sh", "-ec",
+         " && ".join(script)], timeout=600)
+    was = ", ".join("%s %s%s" % (p, v, " (held)" if h else "") for p, (v, h) in sorted(drivers.items()))
+    return "%s: driver was %s, declared %s %s: put back" % (node["name"], was, row["driver"], row["driver_version"])
+
+
 def ensure_node_packages(node, repo_changed=False):
-    """Install the node's starting packages when no driver is installed yet.
-    A node whose driver was changed on purpose (by a test or playbook) is left alone."""
+    """Bring the node's starting packages to the declared state: install what is missing, and put
+    a driver that a rehearsal or a test changed back on the row's declared release (a hold on the
+    declared driver is kept: onboarding holds it)."""
+    row = config.ROWS[node["row"]]
+    drivers = installed_drivers(node)
+    declared = {row["driver"]: row["driver_version"]}
+    if drivers and {p: v for p, (v, h) in drivers.items()} != declared:
+        log(restore_driver(node, drivers))
     pkgs = wanted(node)
-    have = installed(node, pkgs + ["nvidia-driver-535", "nvidia-driver-550", "nvidia-driver-570"])
-    driver_present = any(p.startswith("nvidia-driver-") for p in have)
-    todo = [p for p in pkgs if p not in have and not (p.startswith("nvidia-driver-") and driver_present)]
+    have = installed(node, pkgs)
+    todo = [p for p in pkgs if p not in have]
     if not todo:
         return []
     env = ["env", "DEBIAN_FRONTEND=noninteractive"]
     run(["podman", "exec", node["name"], *env, "apt-get", "update", "-q"], timeout=300)
-    row = config.ROWS[node["row"]]
     # The driver is pinned to the branch's first release: the estate before onboarding.
     spec = [p + "=" + row["driver_version"] if p == row["driver"] else p for p in todo]
     run(["podman", "exec", node["name"], *env, "apt-get", "install", "-y", "-q",
