@@ -17,11 +17,12 @@ export PATH := $(CURDIR)/$(BIN):$(PATH)
 all: test
 
 # The venv is rebuilt when the pinned requirements change.
-$(VENV)/.stamp: requirements.txt requirements-test.txt
+$(VENV)/.stamp: requirements.txt requirements-test.txt requirements-aws.txt
 	@command -v $(PYTHON) >/dev/null || { echo "python3 is required"; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -r requirements-test.txt
+	$(BIN)/pip install --quiet -r requirements-aws.txt
 	touch $@
 
 venv: $(VENV)/.stamp collection-link
