@@ -1,5 +1,6 @@
 """Integration tests against the podman lab. A session fixture brings the lab up when it is
 not already up, and leaves it running (`tests/lab/lab down` is the CI script's job)."""
+import fcntl
 import os
 import subprocess
 import sys
@@ -34,7 +35,11 @@ def lab():
     HGPU_LAB_UP_ARGS passes extra flags (e.g. "--no-k8s")."""
     if os.geteuid() != 0:
         pytest.fail("the lab tests need root (rootful podman)")
-    res = lab_cmd(*UP)
+    # Lanes (pytest-xdist workers) start together: one runs `lab up`, the others find it warm.
+    os.makedirs(config.LAB_DIR, exist_ok=True)
+    with open(config.path("up.lock"), "a+") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        res = lab_cmd(*UP)
     assert res.returncode == 0, "lab up failed:\n%s\n%s" % (res.stdout, res.stderr)
     return config
 
@@ -56,15 +61,23 @@ def podman_exec(name, *cmd, timeout=30):
 
 
 # The lab is one estate, so the files run in the order its users work: the lab itself,
-# preflight, onboarding, validation, the rehearsals, overflow, then the packaging checks.
+# preflight, onboarding, validation, the rehearsals, then the packaging checks.
 # Each test still sets up and restores what it needs; the order only keeps the run realistic.
 ORDER = ["test_lablib", "test_nodes", "test_nft", "test_k8s", "test_lifecycle", "test_preflight",
          "test_onboard", "test_validate", "test_upgrade", "test_removal", "test_boundary_revocation",
          "test_overflow", "test_installed_collection", "test_ee"]
 
+# Lanes for `pytest -n N --dist loadgroup` (make integration): files that share no node run
+# beside the estate. Overflow uses the Slurm controller, the storage host and its own namespaces
+# of the cloud cluster; the EE build only needs podman. Everything else is the estate lane, in ORDER.
+LANES = {"test_overflow": "overflow", "test_ee": "ee"}
 
+
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(session, config, items):
     def rank(item):
         name = item.fspath.purebasename
         return ORDER.index(name) if name in ORDER else len(ORDER)
     items.sort(key=rank)  # stable: keeps the order inside each file
+    for item in items:
+        item.add_marker(pytest.mark.xdist_group(LANES.get(item.fspath.purebasename, "estate")))
