@@ -11,15 +11,18 @@ Approver keys are generated for the run under .lab/demo/ (never committed); the 
 records are signed with them exactly as an approver would with `bin/hgpu-sign-change`, and
 the boundary naming them is signed with the lab's pinned boundary signer (.lab/approvers,
 `bin/hgpu-sign-change sign-boundary`) as a site's security owner signs theirs.
-Each step's Ansible output goes to records/demo/<step>.log; the terminal gets one line per step.
+Each step's Ansible output goes to records/demo/<step>.log; the terminal gets a live line at least
+every 5 s (step, task done/listed, latest node, task, elapsed) and a summary line per step.
 """
 import argparse
 import datetime
 import html
 import json
 import os
+import re
 import subprocess
 import sys
+import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -33,22 +36,78 @@ LOGS = os.path.join(RECORDS, "demo")
 DEMO_DIR = os.path.join(ROOT, ".lab", "demo")
 
 
+TASK_RE = re.compile(r"^(TASK|RUNNING HANDLER) \[(.*)\]")
+RESULT_RE = re.compile(r"^(ok|changed|skipping|fatal|failed|included): \[([^\]]+)\]")
+STATUS_EVERY = 5.0  # seconds between live lines when nothing new happens
+
+
+def planned_tasks(cmd, env):
+    """Tasks the playbook lists (ansible-playbook --list-tasks), the denominator of the live line;
+    tasks included at run time are not listed, so the count is a floor."""
+    res = subprocess.run(cmd + ["--list-tasks"], capture_output=True, text=True, env=env, cwd=ROOT,
+                         stdin=subprocess.DEVNULL, check=False)
+    return sum(1 for ln in res.stdout.splitlines() if ln.startswith("      ") and "TAGS:" in ln) or None
+
+
+class Progress:
+    """Follows the playbook's output and prints a live line: step, task done/total, the node the
+    latest result came from, elapsed seconds. A line at least every STATUS_EVERY seconds."""
+
+    def __init__(self, step, total):
+        self.step, self.total = step, total
+        self.tasks, self.task, self.node, self.results = 0, "starting", "-", 0
+        self.start = time.monotonic()
+        self.lock = threading.Lock()
+
+    def feed(self, line):
+        m = TASK_RE.match(line)
+        with self.lock:
+            if m:
+                self.tasks += 1
+                self.task = m.group(2)
+                return
+            m = RESULT_RE.match(line)
+            if m:
+                self.results += 1
+                self.node = m.group(2).split(" ")[0]
+
+    def line(self):
+        with self.lock:
+            total = "/%d" % self.total if self.total else ""
+            return "    [%s] task %d%s  %-22s  %-46.46s %5.0f s" % (
+                self.step, self.tasks, total, self.node, self.task, time.monotonic() - self.start)
+
+
 def playbook(step, name, *extra):
-    """Run one playbook, log to records/demo/<step>.log, return True on success."""
+    """Run one playbook, log to records/demo/<step>.log with a live line on the terminal,
+    return (ok, seconds, log path)."""
     os.makedirs(LOGS, exist_ok=True)
     log = os.path.join(LOGS, "%s.log" % step)
     cmd = [os.path.join(BIN, "ansible-playbook"), os.path.join(ROOT, "playbooks", name)]
     for item in extra:
         cmd += ["-e", item]
     env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"), ANSIBLE_NOCOLOR="1",
-               PATH=BIN + os.pathsep + os.environ.get("PATH", ""))
+               PATH=BIN + os.pathsep + os.environ.get("PATH", ""), PYTHONUNBUFFERED="1")
+    progress = Progress(step, planned_tasks(cmd, env))
     start = time.monotonic()
     with open(log, "w") as fh:
-        rc = subprocess.call(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env, cwd=ROOT,
-                             stdin=subprocess.DEVNULL)
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, cwd=ROOT,
+                                stdin=subprocess.DEVNULL, text=True, bufsize=1)
+
+        def pump():
+            for ln in proc.stdout:
+                fh.write(ln)
+                progress.feed(ln)
+        reader = threading.Thread(target=pump, daemon=True)
+        reader.start()
+        while reader.is_alive():
+            reader.join(STATUS_EVERY)
+            if reader.is_alive():
+                print(progress.line(), flush=True)
+        rc = proc.wait()
     took = time.monotonic() - start
-    print("  %-28s %s in %5.1f s   (%s)" % (step, "ok" if rc == 0 else "FAILED rc=%d" % rc, took,
-                                          os.path.relpath(log, ROOT)), flush=True)
+    print("  %-28s %s in %5.1f s, %d tasks   (%s)" % (step, "ok" if rc == 0 else "FAILED rc=%d" % rc, took,
+                                                    progress.tasks, os.path.relpath(log, ROOT)), flush=True)
     return rc == 0, took, log
 
 
@@ -105,7 +164,8 @@ def main():
     global APPROVERS
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--spare", default="owned-a100-2", help="node for the upgrade and removal rehearsals")
-    ap.add_argument("--drill-max-runs", default="4", help="upper bound of the drill's spread runs")
+    ap.add_argument("--drill-runs", default="1",
+                    help="runs per drill scenario (the spread runs until the figures settle are make bench's)")
     args = ap.parse_args()
 
     os.makedirs(DEMO_DIR, exist_ok=True)
@@ -135,7 +195,8 @@ def main():
         "reonboard", "onboard.yml", "onboard_wave=%s" % args.spare)
 
     results["overflow drill"] = playbook(
-        "overflow-drill", "overflow_drill.yml", "overflow_drill_max_runs=%s" % args.drill_max_runs)
+        "overflow-drill", "overflow_drill.yml", "overflow_drill_min_runs=%s" % args.drill_runs,
+        "overflow_drill_max_runs=%s" % args.drill_runs)
 
     links = write_index(results)
     print("\nRecords (open records/index.html):")
