@@ -23,6 +23,8 @@ from ansible_collections.hybridgpu.fleet.plugins.module_utils.common.files impor
 SCHEMA_VERSION = 1
 JSON_NAME = "preflight.json"
 HTML_NAME = "index.html"
+# The proposed wave as an Ansible YAML inventory: the group <wave> with each proposed node.
+INVENTORY_NAME = "wave-inventory.yml"
 
 
 class RecordError(ValueError):
@@ -110,16 +112,39 @@ def write_records(base_dir, record, force=False, check_mode=False):
     (``MEASURED``) is unchanged (unless ``force``). With check_mode nothing is written at all.
     """
     target = os.path.join(base_dir, record["wave"])
-    files = [os.path.join(target, JSON_NAME), os.path.join(target, HTML_NAME)]
-    if not force and _same_content(target, record):
+    files = [os.path.join(target, name) for name in (JSON_NAME, HTML_NAME, INVENTORY_NAME)]
+    if not force and _same_content(target, record) and os.path.exists(files[2]):
         return {"changed": False, "path": target, "files": files}
     if check_mode:
         return {"changed": True, "path": target, "files": files}
     json_text = json.dumps(record, sort_keys=True, indent=2, ensure_ascii=False) + "\n"
     html_text = render_html(record)
     os.makedirs(base_dir, exist_ok=True)  # several hosts may create it at once
-    write_folder(target, {JSON_NAME: json_text, HTML_NAME: html_text}, mode=0o755)
+    write_folder(target, {JSON_NAME: json_text, HTML_NAME: html_text, INVENTORY_NAME: wave_inventory(record)},
+                 mode=0o755)
     return {"changed": True, "path": target, "files": files}
+
+
+def wave_inventory(record):
+    """The proposed wave as an Ansible YAML inventory (group ``<wave>``), for the wave playbook and
+    an AWX inventory source. Held nodes and uncovered rows are listed as comments."""
+    wave = record["verdicts"]["wave"]
+    lines = ["# Wave %s as preflight proposed it (verdicts digest %s): one node per distinct matrix row"
+             % (record["wave"], record["verdicts_digest"]),
+             "# plus a rehearsal spare. Written by hybridgpu.fleet.preflight_record; do not edit."]
+    for hold in record["verdicts"].get("holds") or []:
+        lines.append("# held: %s (%s)" % (hold["node"], ", ".join(r["reason"] for r in hold["reasons"])))
+    for row in wave.get("uncovered_rows") or []:
+        lines.append("# uncovered row: %s (%s)" % (row["row"], row["reason"]))
+    lines += ["all:", "  children:", "    %s:" % record["wave"]]
+    if not wave["nodes"]:
+        lines.append("      hosts: {}")
+    else:
+        lines.append("      hosts:")
+        for node in wave["nodes"]:
+            lines.append("        %s: {hgpu_wave_purpose: %s, hgpu_matrix_row: %s}"
+                         % (json.dumps(node["node"]), json.dumps(node["purpose"]), json.dumps(node["row"])))
+    return "\n".join(lines) + "\n"
 
 
 # Style of every record page (preflight, wave, overflow drill): inline, no external links.

@@ -45,7 +45,7 @@ def test_write_then_idempotent_rewrite(lab_file, tmp_path):
     res = records.write_records(str(tmp_path), rec)
     assert res["changed"] is True
     assert _listing(tmp_path) == ["wave-1"]
-    assert _listing(tmp_path / "wave-1") == ["index.html", "preflight.json"]
+    assert _listing(tmp_path / "wave-1") == ["index.html", "preflight.json", "wave-inventory.yml"]
     data = json.loads((tmp_path / "wave-1" / "preflight.json").read_text())
     assert data["schema_version"] == 1
     assert data["verdicts"]["boundary"]["status"] == "unsigned"
