@@ -39,7 +39,7 @@ author:
 """
 
 EXAMPLES = r"""
-- name: Validate the lab boundary
+- name: Validate the inventory's access boundary
   hybridgpu.fleet.access_boundary:
     path: "{{ inventory_dir }}/preflight/boundary.yml"
   delegate_to: localhost

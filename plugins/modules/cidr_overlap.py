@@ -42,7 +42,7 @@ author:
 """
 
 EXAMPLES = r"""
-- name: Compare the lab ranges with the cloud default VPC
+- name: Compare the on-prem ranges with the cloud default VPC
   hybridgpu.fleet.cidr_overlap:
     onprem:
       - {name: nodes, cidr: 10.40.1.0/24, kind: node}

@@ -10,7 +10,7 @@ module: clock_probe
 short_description: Measure a node's clock offset against the control host, with chrony/timesyncd status
 version_added: "0.1.0"
 description:
-  - "Design: the control host runs a small UDP time responder on its lab/site-side address for
+  - "Design: the control host runs a small UDP time responder on its site-side address for
     the duration of the check (O(mode=serve), started asynchronously on the control host), and
     every node runs this module with O(mode=probe). The probe does an NTP-style exchange of
     four timestamps (client send t1, server receive t2, server send t3, client receive t4) and

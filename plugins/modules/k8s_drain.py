@@ -76,7 +76,7 @@ author:
 EXAMPLES = r"""
 - name: Drain the node, at most 5 minutes
   hybridgpu.fleet.k8s_drain:
-    kubeconfig: "{{ hgpu_lab_kubeconfig }}"
+    kubeconfig: "{{ hgpu_kubeconfig }}"
     context: onprem
     name: "{{ inventory_hostname }}"
     timeout: 300

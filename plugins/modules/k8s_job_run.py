@@ -39,7 +39,7 @@ options:
     choices: [run, attach, absent]
     default: run
   image:
-    description: Container image (recorded; the lab agent runs the command as a process).
+    description: Container image the Job runs.
     type: str
   command:
     description: Container command.

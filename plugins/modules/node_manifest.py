@@ -95,20 +95,20 @@ author:
 EXAMPLES = r"""
 - name: Record what the join created
   hybridgpu.fleet.node_manifest:
-    path: "{{ hgpu_lab_records_dir }}/manifests/{{ inventory_hostname }}.json"
+    path: "{{ hgpu_records_dir }}/manifests/{{ inventory_hostname }}.json"
     node: "{{ inventory_hostname }}"
     section: join
     artefacts:
-      - {kind: file, path: /etc/hybridgpu/node-agent/kubeconfig, mode: "0600"}
-      - {kind: package, name: hybridgpu-node-agent}
-      - {kind: unit, name: hybridgpu-node-agent.service, enabled: true}
+      - {kind: file, path: /etc/kubernetes/kubelet.conf, mode: "0600"}
+      - {kind: package, name: kubelet}
+      - {kind: unit, name: kubelet.service, enabled: true}
       - {kind: api_object, cluster: onprem, api_version: v1, resource: secrets,
-         namespace: kube-system, name: node-dh1-a100-01-token}
+         namespace: kube-system, name: bootstrap-token-abcdef}
   delegate_to: localhost
 
 - name: Record the agents, leaving out what the node had before onboarding
   hybridgpu.fleet.node_manifest:
-    path: "{{ hgpu_lab_records_dir }}/manifests/{{ inventory_hostname }}.json"
+    path: "{{ hgpu_records_dir }}/manifests/{{ inventory_hostname }}.json"
     node: "{{ inventory_hostname }}"
     section: agents
     created_only: true
@@ -119,7 +119,7 @@ EXAMPLES = r"""
 
 - name: Refuse to start when the standalone state is not recorded
   hybridgpu.fleet.node_manifest:
-    path: "{{ hgpu_lab_records_dir }}/manifests/{{ inventory_hostname }}.json"
+    path: "{{ hgpu_records_dir }}/manifests/{{ inventory_hostname }}.json"
     node: "{{ inventory_hostname }}"
     read: true
     created_only: true
@@ -127,7 +127,7 @@ EXAMPLES = r"""
 
 - name: Is the standalone state recorded yet?
   hybridgpu.fleet.node_manifest:
-    path: "{{ hgpu_lab_records_dir }}/manifests/{{ inventory_hostname }}.json"
+    path: "{{ hgpu_records_dir }}/manifests/{{ inventory_hostname }}.json"
     node: "{{ inventory_hostname }}"
     read: true
   delegate_to: localhost

@@ -103,18 +103,18 @@ author:
 EXAMPLES = r"""
 - name: Start or resume the removal
   hybridgpu.fleet.node_removal_state:
-    root: "{{ hgpu_lab_records_dir }}/removals"
-    node: owned-l40s-1
+    root: "{{ hgpu_records_dir }}/removals"
+    node: dh2-l40s-01
     change_id: CHG-77
     action: start
-    manifest_path: "{{ hgpu_lab_records_dir }}/manifests/owned-l40s-1.json"
+    manifest_path: "{{ hgpu_records_dir }}/manifests/dh2-l40s-01.json"
   delegate_to: localhost
   register: removal
 
 - name: Mark the drain done
   hybridgpu.fleet.node_removal_state:
-    root: "{{ hgpu_lab_records_dir }}/removals"
-    node: owned-l40s-1
+    root: "{{ hgpu_records_dir }}/removals"
+    node: dh2-l40s-01
     change_id: CHG-77
     action: done
     step: drain

@@ -37,7 +37,7 @@ author:
 """
 
 EXAMPLES = r"""
-- name: Load the lab path table and its probes
+- name: Load the inventory's path table and its probes
   hybridgpu.fleet.path_table:
     path: "{{ inventory_dir }}/preflight/paths.yml"
   delegate_to: localhost

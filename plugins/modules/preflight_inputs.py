@@ -87,7 +87,7 @@ EXAMPLES = r"""
     onprem_ranges: "{{ inventory_dir }}/preflight/onprem-ranges.yml"
     cloud_ranges: "{{ inventory_dir }}/preflight/cloud-ranges.yml"
     pmtu_targets:
-      - {id: control-to-a100-1, source: control, destination: owned-a100-1, expected_mtu: 1500}
+      - {id: control-to-a100-01, source: control, destination: dh1-a100-01, expected_mtu: 1500}
     path_hosts: "{{ table.hosts }}"
   delegate_to: localhost
   run_once: true
@@ -118,7 +118,7 @@ onprem_ranges:
   description: The on-prem ranges as written.
   returned: when O(onprem_ranges) is given
   type: raw
-  sample: [{name: lab-nodes, cidr: 10.213.77.0/24, kind: node}]
+  sample: [{name: site-nodes, cidr: 192.0.2.0/24, kind: node}]
 cloud_ranges:
   description: The cloud ranges as written.
   returned: when O(cloud_ranges) is given
@@ -129,7 +129,7 @@ pmtu_targets:
   returned: success
   type: list
   elements: dict
-  sample: [{id: control-to-a100-1, source: control, destination: owned-a100-1, expected_mtu: 1500, address: 10.213.77.11}]
+  sample: [{id: control-to-a100-01, source: control, destination: dh1-a100-01, expected_mtu: 1500, address: 192.0.2.11}]
 errors:
   description: 'Every problem found, as C(<file>: <field.path>: <problem>).'
   returned: failure

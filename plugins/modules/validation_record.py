@@ -74,7 +74,7 @@ EXAMPLES = r"""
 - name: Record this node's verdicts
   hybridgpu.fleet.validation_record:
     kind: node
-    folder: "{{ hgpu_lab_records_dir }}/wave1"
+    folder: "{{ hgpu_records_dir }}/validation/wave1"
     node: "{{ inventory_hostname }}"
     side: owned
     node_group: ng_a100_535

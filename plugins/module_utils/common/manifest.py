@@ -6,7 +6,7 @@ exactly that and nothing else.
 
 One JSON document per node::
 
-    {"schema_version": 1, "node": "owned-a100-1",
+    {"schema_version": 1, "node": "dh1-a100-01",
      "pre_onboarding": {...},            # standalone state, recorded once, never overwritten
      "sections": {"join": {"artefacts": [...], "facts": {...}}, "placement": {...}, ...}}
 

@@ -134,9 +134,9 @@ def plan(node, labels, taints, prefixes=DEFAULT_PREFIXES):
     if set_labels or removed or taints_changed:
         patch = {"metadata": {"resourceVersion": meta.get("resourceVersion")}}
         if set_labels or removed:
-            lab = dict(set_labels)
-            lab.update((k, None) for k in removed)
-            patch["metadata"]["labels"] = lab
+            label_patch = dict(set_labels)
+            label_patch.update((k, None) for k in removed)
+            patch["metadata"]["labels"] = label_patch
         if taints_changed:
             # A merge patch replaces the list whole: keep everyone else's taints as they are.
             patch["spec"] = {"taints": copy.deepcopy(keep) + [dict(t) for t in taints]}
