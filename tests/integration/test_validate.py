@@ -255,7 +255,7 @@ def test_node_that_never_rejoins_fails(joined, records):
 
 # -- telemetry and alerts ------------------------------------------------------------------
 
-EXPORTER = os.path.join(ROOT, "roles", "node_agents", "files", "hybridgpu-gpu-exporter.py")
+EXPORTER = os.path.join(ROOT, "tests", "lab", "packages", "gpu-exporter", "hybridgpu-gpu-exporter.py")
 TELEMETRY_NODES = [FAULT_NODE, "cloud-h200-1"]
 
 
