@@ -50,7 +50,9 @@ options:
         report; default C(DCGM_FI_DEV_GPU_TEMP), C(DCGM_FI_DEV_POWER_USAGE), C(DCGM_FI_DEV_GPU_UTIL),
         C(DCGM_FI_DEV_FB_USED), C(DCGM_FI_DEV_XID_ERRORS)) and C(exporter_error) (why the page could
         not be read); optionally C(dcgm_diag) (C({rc, stdout, msg}) of C(dcgmi diag) on the node, C(msg) its
-        stderr; exit status 127 - C(dcgmi) is not installed, reported as not run).
+        stderr; exit status 127 - C(dcgmi) is not installed, reported as not run); optionally C(logs)
+        (C({source, identifier, path, results}), C(results) holding one C({side, node, marker, found, error}) per side;
+        the reference job's log line must be found on both nodes where the site's logs go).
       - C(link_interruption) - C(timeline), C(window_s), C(max_rejoin_s).
       - C(baseline) - C(outputs) (list of all_reduce_perf stdout), C(margin).
     type: dict
@@ -103,7 +105,7 @@ passed:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.hybridgpu.fleet.plugins.module_utils.validate import gpu_health, stack_check, validation
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.validate import gpu_health, log_check, stack_check, validation
 
 
 def judge(step, node, ev, exporter_text=None):
@@ -151,10 +153,17 @@ def judge(step, node, ev, exporter_text=None):
         if ev.get("dcgm_diag"):
             run = ev["dcgm_diag"]
             diag = gpu_health.diag_verdict(node, run.get("stdout"), run.get("rc"), run.get("msg") if run.get("rc") else None)
-        return validation.telemetry_verdict(ev.get("series_nodes") or [], ev.get("owned") or [],
-                                            ev.get("cloud") or [], ev.get("existing_nodes") or [],
-                                            ev.get("alerts") or [], ev.get("alert_name"), ev.get("fault_node"),
-                                            exporter, diag)
+        verdict = validation.telemetry_verdict(ev.get("series_nodes") or [], ev.get("owned") or [],
+                                               ev.get("cloud") or [], ev.get("existing_nodes") or [],
+                                               ev.get("alerts") or [], ev.get("alert_name"), ev.get("fault_node"),
+                                               exporter, diag)
+        if ev.get("logs"):
+            logs = ev["logs"]
+            part = log_check.logs_verdict(logs.get("results") or [], logs.get("source"), logs.get("identifier"),
+                                          logs.get("path"))
+            verdict = dict(verdict, logs=part, reasons=list(verdict["reasons"]) + part["reasons"])
+            verdict["passed"] = not verdict["reasons"]
+        return verdict
     if step == "link_interruption":
         return validation.interruption_verdict(dict(ev["timeline"]), ev.get("window_s"),
                                                float(ev.get("max_rejoin_s", 60)))

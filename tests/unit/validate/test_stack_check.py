@@ -121,3 +121,46 @@ def test_inventory_step_carries_the_stack():
     assert any("nvidia-container-toolkit not installed" in r for r in out["reasons"])
     ev["facts"] = dict(FACTS, memory_mib=81920)
     assert validation_check.judge("inventory", NODE, ev)["stack"]["passed"] is True
+
+
+# -- logs from both sides (step 5) ---------------------------------------------------------
+
+def _telemetry_ev(results):
+    return {"series_nodes": [NODE, "cloud-h200-1"], "owned": [NODE], "cloud": ["cloud-h200-1"],
+            "existing_nodes": [NODE], "alerts": [], "alert_name": "GPUXidError", "fault_node": "",
+            "logs": {"source": "journal", "identifier": "hgpu-validate", "path": "", "results": results}}
+
+
+def test_log_line_found_on_both_sides_passes():
+    results = [{"side": "owned", "node": NODE, "marker": "m1", "found": True, "error": ""},
+               {"side": "cloud", "node": "cloud-h200-1", "marker": "m2", "found": True, "error": ""}]
+    out = validation_check.judge("telemetry", NODE, _telemetry_ev(results))
+    assert out["passed"] and out["logs"]["state"] == "pass"
+
+
+def test_missing_log_line_fails_naming_node_and_place():
+    results = [{"side": "owned", "node": NODE, "marker": "m1", "found": True, "error": ""},
+               {"side": "cloud", "node": "cloud-h200-1", "marker": "m2", "found": False, "error": "non-zero return code"}]
+    out = validation_check.judge("telemetry", NODE, _telemetry_ev(results))
+    assert out["passed"] is False and out["logs"]["state"] == "fail"
+    assert out["reasons"] == ["log line of the reference job on cloud node cloud-h200-1 not found in the journal "
+                              "(journalctl -t hgpu-validate) on cloud-h200-1: non-zero return code"]
+
+
+def test_no_reference_run_means_logs_not_run():
+    out = validation_check.judge("telemetry", NODE, _telemetry_ev([]))
+    assert out["passed"] and out["logs"]["state"] == "not run"
+
+
+def test_reference_job_logs_its_marker_and_still_prints_its_result():
+    import os
+    import subprocess
+    import sys
+    from ansible_collections.hybridgpu.fleet.plugins.module_utils.validate import validation
+    from hgpu_testenv import ROOT
+    env = dict(os.environ, REF_SAMPLES="16", REF_STEPS="3", REF_LOG_MARKER="hgpu-validate-log t owned n1 run1",
+               REF_LOG_IDENT="hgpu-validate-test")
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "roles", "validate", "files", "reference_job.py")],
+                          env=env, capture_output=True, text=True, timeout=60, check=True)
+    assert "hgpu-validate-log t owned n1 run1" in proc.stdout.splitlines()
+    assert validation.parse_reference_log(proc.stdout)["samples"] == 16
