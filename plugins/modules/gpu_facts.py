@@ -21,9 +21,15 @@ description:
     is run only when the banner has no CUDA version.
   - Older drivers that do not know the C(compute_cap) field are queried again without it.
   - Also reads the kernel (uname), the OS (C(/etc/os-release)), an image id
-    (C(/etc/hybridgpu-lab/image-id) or C(/etc/image-id)), the container runtimes on C(PATH)
-    (containerd, crio, docker, podman) and the node agent (C(kubelet --version), else the
-    C(hybridgpu-node-agent) package version from dpkg-query).
+    (C(/etc/image-id)), the container runtimes on C(PATH) (containerd, crio, docker, podman)
+    and the kubelet (C(kubelet --version), else the C(kubelet) package version from dpkg-query).
+  - With I(stack=true) (the default) also the GPU software stack pods need, returned as C(stack) -
+    the loaded NVIDIA kernel module's version (C(/sys/module/nvidia/version), else
+    C(/proc/driver/nvidia/version)), the driver, toolkit, fabric manager and kubelet packages
+    (one C(dpkg-query -W) run), C(nvidia-ctk --version), the containerd configuration
+    (C(containerd config dump), else C(/etc/containerd/config.toml)) and its runtimes,
+    C(nv-fabricmanager --version), whether the C(nvidia-fabricmanager) unit is active, and the
+    NVSwitch devices in C(/proc/driver/nvidia-nvswitch/devices).
   - No C(nvidia-smi) on C(PATH), or C(nvidia-smi) saying C(No devices were found), gives
     C(count=0) with a C(reason); any other C(nvidia-smi) failure fails the task with its output.
   - Commands run with C(LANG=C). The module only reads, so it runs in check mode too.
@@ -42,6 +48,12 @@ options:
   query_cuda:
     description:
       - Read the CUDA version (one more C(nvidia-smi) run in the same module invocation).
+    type: bool
+    default: true
+  stack:
+    description:
+      - Read the GPU software stack (kernel module, packages, container toolkit, containerd
+        runtimes, fabric manager) in the same module invocation.
     type: bool
     default: true
 notes:
@@ -122,7 +134,7 @@ ansible_facts:
           description: C(pretty_name), C(id) and C(version_id) from /etc/os-release (null when absent).
           type: dict
         image_id:
-          description: Content of /etc/hybridgpu-lab/image-id or /etc/image-id, else null.
+          description: Content of /etc/image-id, else null.
           type: str
         container_runtime:
           description: First container runtime found (containerd, crio, docker, podman) as C(name) and C(version), or null.
@@ -132,7 +144,15 @@ ansible_facts:
           type: list
           elements: dict
         agent:
-          description: C(kind) (kubelet or hybridgpu-node-agent) and C(version), or null when neither is present.
+          description: C(kind) (kubelet) and C(version) from C(kubelet --version) or the kubelet package, or null.
+          type: dict
+        stack:
+          description:
+            - The GPU software stack (absent with I(stack=false)). C(module) {loaded, version, flavor, source},
+              C(packages) (package name to version) of the installed driver, toolkit, fabric manager, DCGM and kubelet packages,
+              C(driver_package) {name, version, upstream} or null, C(toolkit) {installed, version, source},
+              C(containerd) {present, source, default_runtime, runtimes, nvidia_runtimes, error},
+              C(fabricmanager) {installed, version, active, nvswitch_count}.
           type: dict
         commands_run:
           description: Commands this module ran on the node (all inside one module invocation).
@@ -145,14 +165,20 @@ import re
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import cmd
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.parsers import gpu_stack
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.parsers import nvidia_smi
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.parsers import nvidia_smi_table
 
 QUERY_FIELDS = ["index", "name", "uuid", "memory.total", "driver_version", "mig.mode.current",
                 "pci.bus_id", "compute_cap"]
-IMAGE_ID_FILES = ("/etc/hybridgpu-lab/image-id", "/etc/image-id")
+IMAGE_ID_FILES = ("/etc/image-id",)
 RUNTIMES = (("containerd", ["--version"]), ("crio", ["--version"]), ("docker", ["--version"]),
             ("podman", ["--version"]))
+# Packages whose installed versions the stack facts report (dpkg-query patterns).
+STACK_PACKAGES = ("nvidia-driver*", "nvidia-container-toolkit", "nvidia-container-toolkit-base",
+                  "nvidia-fabricmanager*", "datacenter-gpu-manager*", "kubelet")
+CONTAINERD_CONFIG = "/etc/containerd/config.toml"
+NVSWITCH_DIR = "/proc/driver/nvidia-nvswitch/devices"
 _VERSION = re.compile(r"\bv?(\d+\.\d+(?:\.\d+)?(?:[-+~][0-9A-Za-z.+~-]+)?)")
 
 
@@ -163,11 +189,12 @@ class GpuFactsError(Exception):
 class NodeAccess(object):
     """What the facts code needs from the node; the module and the tests each supply one."""
 
-    def __init__(self, run, which, read_file, uname):
+    def __init__(self, run, which, read_file, uname, list_dir=None):
         self.run = run              # argv list -> (rc, stdout, stderr)
         self.which = which          # name -> path or None
         self.read_file = read_file  # path -> text or None
         self.uname = uname          # () -> os.uname_result-like
+        self.list_dir = list_dir or (lambda path: None)  # path -> [names] or None
         self.commands = 0
 
     def exec(self, argv):
@@ -295,18 +322,102 @@ def node_section(node):
         if rc == 0:
             facts["agent"] = {"kind": "kubelet", "version": parse_version(out)}
     if facts["agent"] is None and node.which("dpkg-query"):
-        rc, out, err = node.exec(["dpkg-query", "-W", "-f=${Status}|${Version}", "hybridgpu-node-agent"])
+        rc, out, err = node.exec(["dpkg-query", "-W", "-f=${Status}|${Version}", "kubelet"])
         status, dummy, version = out.strip().partition("|")
         if rc == 0 and status.endswith(" installed") and version:
-            facts["agent"] = {"kind": "hybridgpu-node-agent", "version": version}
+            facts["agent"] = {"kind": "kubelet", "version": gpu_stack.upstream_version(version) or version}
     return facts
 
 
-def collect(node, smi_path=None, query_cuda=True):
+def package_versions(node):
+    """Installed driver, toolkit, fabric manager, DCGM and kubelet packages (one dpkg-query)."""
+    if not node.which("dpkg-query"):
+        return {}
+    rc, out, err = node.exec(["dpkg-query", "-W", "-f=" + gpu_stack.DPKG_FORMAT] + list(STACK_PACKAGES))
+    return gpu_stack.parse_dpkg_query(out)  # rc 1 only says some pattern matched nothing
+
+
+def _module_section(node, gpu):
+    for path, source in (("/sys/module/nvidia/version", "sysfs"), ("/proc/driver/nvidia/version", "proc")):
+        text = node.read_file(path)
+        if text is None:
+            continue
+        if source == "sysfs" and text.strip():
+            return {"loaded": True, "version": text.strip(), "flavor": None, "source": source}
+        parsed = gpu_stack.parse_nvrm_version(text)
+        if parsed:
+            return {"loaded": True, "version": parsed["version"], "flavor": parsed["flavor"], "source": source}
+    # NVML answers with the loaded module's version; nvidia-smi fails when none is loaded.
+    if gpu.get("driver_version"):
+        return {"loaded": True, "version": gpu["driver_version"], "flavor": None, "source": "nvidia-smi"}
+    return {"loaded": False, "version": None, "flavor": None, "source": None}
+
+
+def _containerd_section(node):
+    out = {"present": False, "source": None, "default_runtime": None, "runtimes": {},
+           "nvidia_runtimes": [], "error": None}
+    text = None
+    binary = node.which("containerd")
+    if binary:
+        out["present"] = True
+        rc, dump, err = node.exec([binary, "config", "dump"])
+        if rc == 0 and dump.strip():
+            text, out["source"] = dump, "containerd config dump"
+        else:
+            out["error"] = "containerd config dump failed (rc=%s): %s" % (rc, (err or dump).strip()[:200])
+    if text is None:
+        text = node.read_file(CONTAINERD_CONFIG)
+        if text is not None:
+            out["present"], out["source"] = True, CONTAINERD_CONFIG
+    if text is not None:
+        config = gpu_stack.parse_containerd_config(text)
+        out.update(default_runtime=config["default_runtime"], runtimes=config["runtimes"],
+                   nvidia_runtimes=gpu_stack.nvidia_runtimes(config))
+        if config["errors"]:
+            out["error"] = "; ".join(config["errors"])
+    return out
+
+
+def stack_section(node, gpu):
+    """The GPU software stack pods need on this node."""
+    packages = package_versions(node)
+    drivers = sorted((name, ver) for name, ver in packages.items() if name.startswith("nvidia-driver"))
+    facts = {"module": _module_section(node, gpu), "packages": packages, "driver_package": None}
+    if drivers:
+        name, version = drivers[-1]
+        facts["driver_package"] = {"name": name, "version": version, "upstream": gpu_stack.upstream_version(version)}
+    toolkit = {"installed": "nvidia-container-toolkit" in packages, "version": None, "source": None}
+    if toolkit["installed"]:
+        toolkit.update(version=gpu_stack.upstream_version(packages["nvidia-container-toolkit"]), source="package")
+    ctk = node.which("nvidia-ctk")
+    if ctk:
+        rc, out, err = node.exec([ctk, "--version"])
+        version = gpu_stack.parse_ctk_version(out) if rc == 0 else None
+        if version:
+            toolkit.update(installed=True, version=version, source="nvidia-ctk")
+    facts["toolkit"] = toolkit
+    facts["containerd"] = _containerd_section(node)
+    fabric = {"installed": any(n.startswith("nvidia-fabricmanager") for n in packages), "version": None,
+              "active": None, "nvswitch_count": len(node.list_dir(NVSWITCH_DIR) or [])}
+    fm_bin = node.which("nv-fabricmanager")
+    if fm_bin:
+        rc, out, err = node.exec([fm_bin, "--version"])
+        fabric["version"] = gpu_stack.parse_fabricmanager_version(out + "\n" + err)
+        fabric["installed"] = True
+    if fabric["installed"] and node.which("systemctl"):
+        rc, out, err = node.exec(["systemctl", "is-active", "nvidia-fabricmanager.service"])
+        fabric["active"] = out.strip() == "active"
+    facts["fabricmanager"] = fabric
+    return facts
+
+
+def collect(node, smi_path=None, query_cuda=True, stack=True):
     """All facts for one node. ``smi_path`` None means look nvidia-smi up on PATH."""
     smi = smi_path or node.which("nvidia-smi")
     facts = gpu_section(node, smi, query_cuda=query_cuda)
     facts.update(node_section(node))
+    if stack:
+        facts["stack"] = stack_section(node, facts)
     facts["commands_run"] = node.commands
     return facts
 
@@ -319,11 +430,19 @@ def _read_file(path):
         return None
 
 
+def _list_dir(path):
+    try:
+        return sorted(os.listdir(path))
+    except (OSError, IOError):
+        return None
+
+
 def main():
     module = AnsibleModule(
         argument_spec=dict(
             nvidia_smi_path=dict(type="path"),
             query_cuda=dict(type="bool", default=True),
+            stack=dict(type="bool", default=True),
         ),
         supports_check_mode=True,
     )
@@ -336,9 +455,10 @@ def main():
         return cmd.module_run(module, argv, ok=cmd.ANY_STATUS)  # collect() reads the exit status
 
     node = NodeAccess(run=run, which=module.get_bin_path,
-                      read_file=_read_file, uname=os.uname)
+                      read_file=_read_file, uname=os.uname, list_dir=_list_dir)
     try:
-        facts = collect(node, smi_path=smi_path, query_cuda=module.params["query_cuda"])
+        facts = collect(node, smi_path=smi_path, query_cuda=module.params["query_cuda"],
+                        stack=module.params["stack"])
     except (GpuFactsError, cmd.CommandError) as exc:
         module.fail_json(msg="gpu_facts on %s: %s" % (os.uname().nodename, exc))
     module.exit_json(changed=False, ansible_facts={"hybridgpu_gpu": facts})

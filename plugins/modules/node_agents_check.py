@@ -39,11 +39,10 @@ EXAMPLES = r"""
   hybridgpu.fleet.node_agents_check:
     boundary: "{{ inventory_dir }}/preflight/boundary.yml"
     agents:
-      - name: hybridgpu-gpu-exporter
-        binary: {src: hybridgpu-gpu-exporter.py, dest: /usr/local/lib/hybridgpu/gpu-exporter.py}
-        exec_start: /usr/bin/python3 /usr/local/lib/hybridgpu/gpu-exporter.py --port 9400
-        systemd_unit: hybridgpu-gpu-exporter.service
-        user: hgpu-gpu-exporter
+      - name: dcgm-exporter
+        package: datacenter-gpu-manager-exporter
+        systemd_unit: nvidia-dcgm-exporter.service
+        user: nvidia-dcgm-exporter
         capabilities: []
         outbound: []
         listen: [9400]

@@ -33,7 +33,13 @@ options:
       - Step inputs.
       - C(inventory) - C(facts) (gpu_facts' C(hybridgpu_gpu)), C(node_obj) (the Node, or null),
         C(expected) (C(gpu_model), C(gpu_count), C(gpu_memory_mib), or a preflight matrix row),
-        C(expected_labels).
+        C(expected_labels); optionally C(stack) (C({cluster, daemonsets, fabricmanager, device_plugin_names})
+        - the GPU software stack is then judged too; the kernel module loaded with the driver package's
+        version, nvidia-container-toolkit, containerd's nvidia runtime, nvidia-fabricmanager with the
+        driver's exact version on NVSwitch systems (C(fabricmanager) C(auto), C(always) or C(never)),
+        an NVIDIA device plugin DaemonSet among C(daemonsets) (k8s_daemonset_info entries, names matched
+        against C(device_plugin_names), default C(*nvidia-device-plugin*)) and C(nvidia.com/gpu)
+        allocatable on C(node_obj) (a k8s_node_info entry) equal to the GPU count).
       - C(reference_job) - C(owned) and C(cloud), each C({node, image, log}); C(compare)
         (C(checksum) or C(metric)); C(tolerance).
       - C(collectives) - C(scope), C(output) (all_reduce_perf stdout), C(baseline) (C({low, high})).
@@ -44,7 +50,9 @@ options:
         report; default C(DCGM_FI_DEV_GPU_TEMP), C(DCGM_FI_DEV_POWER_USAGE), C(DCGM_FI_DEV_GPU_UTIL),
         C(DCGM_FI_DEV_FB_USED), C(DCGM_FI_DEV_XID_ERRORS)) and C(exporter_error) (why the page could
         not be read); optionally C(dcgm_diag) (C({rc, stdout, msg}) of C(dcgmi diag) on the node, C(msg) its
-        stderr; exit status 127 - C(dcgmi) is not installed, reported as not run).
+        stderr; exit status 127 - C(dcgmi) is not installed, reported as not run); optionally C(logs)
+        (C({source, identifier, path, results}), C(results) holding one C({side, node, marker, found, error}) per side;
+        the reference job's log line must be found on both nodes where the site's logs go).
       - C(link_interruption) - C(timeline), C(window_s), C(max_rejoin_s).
       - C(baseline) - C(outputs) (list of all_reduce_perf stdout), C(margin).
     type: dict
@@ -97,7 +105,7 @@ passed:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.hybridgpu.fleet.plugins.module_utils.validate import gpu_health, validation
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.validate import gpu_health, log_check, stack_check, validation
 
 
 def judge(step, node, ev, exporter_text=None):
@@ -109,8 +117,11 @@ def judge(step, node, ev, exporter_text=None):
             # a k8s_node_info summary: rebuild the parts the verdict reads
             node_obj = {"metadata": {"labels": node_obj["labels"]},
                         "status": {"capacity": {"nvidia.com/gpu": node_obj.get("gpu_capacity")}}}
-        return validation.inventory_verdict(node, ev.get("facts"), node_obj or None, expected,
-                                            ev.get("expected_labels"))
+        verdict = validation.inventory_verdict(node, ev.get("facts"), node_obj or None, expected,
+                                               ev.get("expected_labels"))
+        if ev.get("stack"):
+            verdict = _with_stack(verdict, node, ev)
+        return verdict
     if step == "reference_job":
         sides, missing = {}, []
         for side in ("owned", "cloud"):
@@ -142,10 +153,17 @@ def judge(step, node, ev, exporter_text=None):
         if ev.get("dcgm_diag"):
             run = ev["dcgm_diag"]
             diag = gpu_health.diag_verdict(node, run.get("stdout"), run.get("rc"), run.get("msg") if run.get("rc") else None)
-        return validation.telemetry_verdict(ev.get("series_nodes") or [], ev.get("owned") or [],
-                                            ev.get("cloud") or [], ev.get("existing_nodes") or [],
-                                            ev.get("alerts") or [], ev.get("alert_name"), ev.get("fault_node"),
-                                            exporter, diag)
+        verdict = validation.telemetry_verdict(ev.get("series_nodes") or [], ev.get("owned") or [],
+                                               ev.get("cloud") or [], ev.get("existing_nodes") or [],
+                                               ev.get("alerts") or [], ev.get("alert_name"), ev.get("fault_node"),
+                                               exporter, diag)
+        if ev.get("logs"):
+            logs = ev["logs"]
+            part = log_check.logs_verdict(logs.get("results") or [], logs.get("source"), logs.get("identifier"),
+                                          logs.get("path"))
+            verdict = dict(verdict, logs=part, reasons=list(verdict["reasons"]) + part["reasons"])
+            verdict["passed"] = not verdict["reasons"]
+        return verdict
     if step == "link_interruption":
         return validation.interruption_verdict(dict(ev["timeline"]), ev.get("window_s"),
                                                float(ev.get("max_rejoin_s", 60)))
@@ -155,6 +173,19 @@ def judge(step, node, ev, exporter_text=None):
         base.update(step="baseline", passed=True, reasons=[])
         return base
     raise validation.ValidationError("unknown step %r" % step)
+
+
+def _with_stack(verdict, node, ev):
+    """Add the GPU software stack pieces (stack_check) to the inventory verdict."""
+    opts = ev["stack"]
+    info = ev.get("node_obj") if isinstance(ev.get("node_obj"), dict) and "gpu_allocatable" in ev["node_obj"] else None
+    count = (verdict.get("expected") or {}).get("gpu_count")
+    stack = stack_check.stack_verdict(node, ev.get("facts"), info, opts.get("daemonsets"), opts.get("cluster"),
+                                      count, opts.get("fabricmanager", "auto"),
+                                      opts.get("device_plugin_names") or stack_check.DEVICE_PLUGIN_NAMES)
+    verdict = dict(verdict, stack=stack, reasons=list(verdict["reasons"]) + stack["reasons"])
+    verdict["passed"] = not verdict["reasons"]
+    return verdict
 
 
 def main():

@@ -198,3 +198,31 @@ def test_rerun_gives_same_verdicts(lab, tmp_path):
         page = handle.read()
     assert "<script" not in page and "http://" not in page.replace("http://www.w3.org", "")
     assert one["verdicts_digest"] in page
+
+
+def _gpu_facts(name):
+    """gpu_facts on a lab node, ad hoc (one module run, the way preflight and validation call it)."""
+    env = dict(os.environ, PATH=os.path.join(ROOT, ".venv", "bin") + os.pathsep + os.environ["PATH"],
+               ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"))
+    res = subprocess.run(["ansible", name, "-m", "hybridgpu.fleet.gpu_facts", "-o"], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=120, check=False)
+    assert res.returncode == 0, res.stdout + res.stderr
+    return json.loads(res.stdout.split("=>", 1)[1])["ansible_facts"]["hybridgpu_gpu"]
+
+
+def test_gpu_facts_read_the_stack_stand_ins_in_one_run(lab):
+    a100 = _gpu_facts("owned-a100-1")
+    stack = a100["stack"]
+    assert stack["module"] == {"loaded": True, "version": a100["driver_version"], "flavor": None, "source": "nvidia-smi"}
+    assert stack["driver_package"]["name"] == "nvidia-driver-535"
+    assert stack["driver_package"]["upstream"] == a100["driver_version"]
+    assert stack["toolkit"] == {"installed": True, "version": "1.17.3", "source": "nvidia-ctk"}
+    assert stack["containerd"]["source"] == "/etc/containerd/config.toml"
+    assert stack["containerd"]["nvidia_runtimes"] == ["nvidia"]
+    assert stack["fabricmanager"]["installed"] and stack["fabricmanager"]["active"]
+    assert stack["fabricmanager"]["version"] == a100["driver_version"]
+    assert "datacenter-gpu-manager" in stack["packages"]
+    # nothing of the lab's own files is read
+    assert a100["image_id"] is None and (a100["agent"] or {}).get("kind") in (None, "kubelet")
+    l40s = _gpu_facts(L40S)
+    assert l40s["stack"]["fabricmanager"]["installed"] is False  # PCIe GPUs: no fabric manager

@@ -1,7 +1,9 @@
 """The validation sequence on the lab: playbooks/validate.yml passes on
 joined owned nodes, and each step fails for the right reason when a fault is injected:
-a hidden GPU, a reference job with other inputs, NCCL below baseline or with #wrong > 0, a
-restricted job without its label landing on a cloud node, a node that never rejoins.
+a hidden GPU, a missing piece of the GPU software stack (container toolkit, containerd's nvidia
+runtime, fabric manager version, device plugin, allocatable GPUs), a reference job with other
+inputs, NCCL below baseline or with #wrong > 0, a restricted job without its label landing on a
+cloud node, a node that never rejoins, a failing DCGM diagnostic, a log line not found.
 
 Owned nodes are joined to the `onprem` emulator by the module fixture when nothing else
 joined them (agent package from the lab apt repo, node credential Secret, kubeconfig, the
@@ -172,6 +174,101 @@ def test_wrong_gpu_count_fails_inventory(joined, records, gpu_spec):
     assert "gpu_count (ssh): expected 8, observed 6" in res.stdout
 
 
+# -- the GPU software stack (step 1) ---------------------------------------------------------
+
+@pytest.fixture
+def spec_stack():
+    """Set keys of owned-a100-2's GPU spec `stack` section (stand-in overrides); restored afterwards."""
+    path = config.path("nodes", FAULT_NODE, "gpu-spec.json")
+    with open(path) as fh:
+        original = fh.read()
+
+    def set_stack(**values):
+        spec = json.loads(original)
+        spec.setdefault("stack", {}).update(values)
+        with open(path, "w") as fh:
+            json.dump(spec, fh, indent=2)
+    yield set_stack
+    with open(path, "w") as fh:
+        fh.write(original)
+
+
+def inventory_stack(records, node=FAULT_NODE):
+    res = playbook(records, limit=node, extra_vars={"validate_steps": ["inventory"]})
+    return res, step(record(records, node), "inventory")
+
+
+def test_gpu_stack_complete_on_owned_nodes(joined, records):
+    res = playbook(records, extra_vars={"validate_steps": ["inventory"]})
+    assert res.returncode == 0, res.stdout[-6000:]
+    for node in OWNED:
+        stack = step(record(records, node), "inventory")["stack"]
+        assert stack["passed"], stack["reasons"]
+        checks = {c["piece"]: c for c in stack["checks"]}
+        assert all(checks[p]["ok"] for p in ("driver module", "container toolkit", "containerd runtime",
+                                             "fabric manager", "device plugin", "allocatable GPUs")), checks
+        assert "nvidia-fabricmanager 535." in checks["fabric manager"]["detail"]  # 8x SXM: required
+        assert "kube-system/nvidia-device-plugin-daemonset" in checks["device plugin"]["detail"]
+
+
+def test_missing_container_toolkit_names_node_and_piece(joined, records):
+    ssh(FAULT_NODE, "DEBIAN_FRONTEND=noninteractive apt-get remove -y -q nvidia-container-toolkit >/dev/null", timeout=120)
+    try:
+        res, inv = inventory_stack(records)
+        assert res.returncode != 0
+        assert inv["stack"]["missing"] == ["container toolkit"]
+        assert "node %s: nvidia-container-toolkit not installed" % FAULT_NODE in res.stdout
+    finally:
+        ssh(FAULT_NODE, "DEBIAN_FRONTEND=noninteractive apt-get install -y -q nvidia-container-toolkit >/dev/null",
+            timeout=180)
+
+
+def test_containerd_without_nvidia_runtime_names_node_and_piece(joined, records):
+    ssh(FAULT_NODE, "cp /etc/containerd/config.toml /etc/containerd/config.toml.hgpu-test && "
+                    "printf 'version = 2\\n' > /etc/containerd/config.toml")
+    try:
+        res, inv = inventory_stack(records)
+        assert res.returncode != 0 and inv["stack"]["missing"] == ["containerd runtime"]
+        assert "node %s: containerd has no nvidia runtime" % FAULT_NODE in res.stdout
+    finally:
+        ssh(FAULT_NODE, "mv /etc/containerd/config.toml.hgpu-test /etc/containerd/config.toml")
+
+
+def test_wrong_fabricmanager_version_names_node_and_piece(joined, records, spec_stack):
+    spec_stack(fabricmanager_version="535.216.01")
+    res, inv = inventory_stack(records)
+    assert res.returncode != 0 and inv["stack"]["missing"] == ["fabric manager"]
+    assert ("node %s: nvidia-fabricmanager 535.216.01 does not match the driver 535." % FAULT_NODE) in res.stdout
+
+
+def test_no_device_plugin_names_node_and_piece(joined, records):
+    path = labk8s.DEVICE_PLUGIN_PATH + "/" + labk8s.DEVICE_PLUGIN["metadata"]["name"]
+    st, body = labk8s.api("onprem", "DELETE", path)
+    assert st in (200, 202), body
+    try:
+        res, inv = inventory_stack(records)
+        assert res.returncode != 0 and inv["stack"]["missing"] == ["device plugin"]
+        assert "node %s: cluster onprem: no NVIDIA device plugin DaemonSet" % FAULT_NODE in res.stdout
+    finally:
+        labk8s.ensure_device_plugin("onprem")
+
+
+def test_allocatable_below_gpu_count_names_node_and_piece(joined, records, gpu_spec):
+    # The agent (device plugin's part in the lab) reads the GPUs when it starts: start it while
+    # two GPUs are hidden, then show them again; nvidia-smi lists 8, the Node advertises 6.
+    gpu_spec(hide_gpus=2)
+    ssh(FAULT_NODE, "systemctl restart hybridgpu-node-agent.service")
+    time.sleep(5)
+    gpu_spec(hide_gpus=0)
+    try:
+        res, inv = inventory_stack(records)
+        assert res.returncode != 0 and inv["stack"]["missing"] == ["allocatable GPUs"]
+        assert "node %s: Node advertises nvidia.com/gpu allocatable 6, the node has 8 GPUs" % FAULT_NODE in res.stdout
+    finally:
+        ssh(FAULT_NODE, "systemctl restart hybridgpu-node-agent.service")
+        assert wait_ready(FAULT_NODE, 60)
+
+
 def test_reference_job_outside_tolerance_fails(joined, records):
     res = playbook(records, limit=FAULT_NODE, extra_vars={
         "validate_steps": ["reference_job"], "validate_reference_compare": "metric",
@@ -255,7 +352,7 @@ def test_node_that_never_rejoins_fails(joined, records):
 
 # -- telemetry and alerts ------------------------------------------------------------------
 
-EXPORTER = os.path.join(ROOT, "roles", "node_agents", "files", "hybridgpu-gpu-exporter.py")
+EXPORTER = os.path.join(ROOT, "tests", "lab", "packages", "gpu-exporter", "hybridgpu-gpu-exporter.py")
 TELEMETRY_NODES = [FAULT_NODE, "cloud-h200-1"]
 
 
@@ -328,6 +425,48 @@ def test_missing_alert_fails(joined, records, prometheus):
     assert res.returncode != 0
     tel = step(record(records, FAULT_NODE), "telemetry")
     assert tel["reasons"] == ["alert GPUXidNotDefined did not fire for %s" % FAULT_NODE]
+
+
+def test_dcgm_diag_failure_names_node_and_test(joined, records, prometheus, gpu_spec):
+    gpu_spec(dcgm_diag=[{"test": "Page Retirement/Row Remap", "gpu": 3,
+                         "message": "GPU 3 has uncorrectable memory errors and row remappings are pending"}])
+    res = telemetry_run(records, prometheus, validate_fault_node="")
+    assert res.returncode != 0
+    tel = step(record(records, FAULT_NODE), "telemetry")
+    assert tel["dcgm_diag"]["state"] == "fail"
+    assert any(r.startswith("DCGM diagnostic on node %s failed: Page Retirement/Row Remap" % FAULT_NODE)
+               for r in tel["reasons"]), tel["reasons"]
+
+
+def test_dcgm_diag_passes_at_level_1(joined, records, prometheus):
+    res = telemetry_run(records, prometheus, validate_fault_node="")
+    assert res.returncode == 0, res.stdout[-6000:]
+    tel = step(record(records, FAULT_NODE), "telemetry")
+    assert tel["dcgm_diag"]["state"] == "pass" and tel["dcgm_diag"]["overall"] == "Pass"
+
+
+def test_logs_from_both_sides_found_in_each_nodes_journal(joined, records, prometheus):
+    res = playbook(records, limit=FAULT_NODE, extra_vars={
+        "validate_steps": ["reference_job", "telemetry"], "validate_prometheus_url": prometheus,
+        "validate_fault_node": "", "validate_cloud_node": "cloud-h200-1"})
+    assert res.returncode == 0, res.stdout[-6000:]
+    logs = step(record(records, FAULT_NODE), "telemetry")["logs"]
+    assert logs["state"] == "pass" and [r["node"] for r in logs["results"]] == [FAULT_NODE, "cloud-h200-1"]
+    out = ssh("cloud-h200-1", "journalctl -t hgpu-validate -o cat --no-pager | tail -n 5").stdout
+    assert "hgpu-validate-log t cloud cloud-h200-1 " in out
+
+
+def test_missing_log_line_names_node_and_place(joined, records, prometheus):
+    # The site says job logs go to a file nobody writes: both sides' lines are missing.
+    res = playbook(records, limit=FAULT_NODE, extra_vars={
+        "validate_steps": ["reference_job", "telemetry"], "validate_prometheus_url": prometheus,
+        "validate_fault_node": "", "validate_cloud_node": "cloud-h200-1", "validate_log_source": "file",
+        "validate_log_path": "/var/log/hgpu-no-such-log", "validate_log_timeout": 2})
+    assert res.returncode != 0
+    tel = step(record(records, FAULT_NODE), "telemetry")
+    assert tel["logs"]["state"] == "fail"
+    assert ("log line of the reference job on cloud node cloud-h200-1 not found in /var/log/hgpu-no-such-log "
+            "on cloud-h200-1") in " ".join(tel["reasons"])
 
 
 # -- baseline and wave record ------------------------------------------------------------------

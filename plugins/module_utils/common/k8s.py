@@ -146,6 +146,7 @@ class Kube(object):
         self.calls = 0  # API requests sent, retries included (for benchmarks and tests)
         self.core = k8s_client.CoreV1Api(self.api_client)
         self.batch = k8s_client.BatchV1Api(self.api_client)
+        self.apps = k8s_client.AppsV1Api(self.api_client)
         self.policy = k8s_client.PolicyV1Api(self.api_client)
         self.version_api = k8s_client.VersionApi(self.api_client)
 
@@ -218,6 +219,14 @@ class Kube(object):
     def delete_node(self, name):
         """Delete a Node; returns False when it was already gone."""
         return self.call_or_none("delete node %s" % name, self.core.delete_node, name) is not None
+
+    # -- daemonsets --------------------------------------------------------------------
+    def list_daemonsets(self, namespace=None, label_selector=None):
+        kw = _selectors(label_selector, None)
+        if namespace:
+            return self.call("list daemonsets in %s" % namespace, self.apps.list_namespaced_daemon_set,
+                             namespace, **kw).get("items", [])
+        return self.call("list daemonsets", self.apps.list_daemon_set_for_all_namespaces, **kw).get("items", [])
 
     # -- pods --------------------------------------------------------------------------
     def list_pods(self, namespace=None, label_selector=None, field_selector=None):

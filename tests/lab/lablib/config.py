@@ -76,5 +76,7 @@ def gpu_spec(node):
     """The initial gpu-spec.json document of a node."""
     spec = dict(ROWS[node["row"]]["spec"])
     spec["uuid_seed"] = node["name"]
-    spec["faults"] = {"xid": [], "hide_gpus": 0, "nccl_wrong": 0, "nccl_busbw_factor": 1.0}
+    spec["faults"] = {"xid": [], "hide_gpus": 0, "nccl_wrong": 0, "nccl_busbw_factor": 1.0, "dcgm_diag": []}
+    # Overrides for the GPU stack stand-ins (fabricmanager_version: what nv-fabricmanager reports).
+    spec["stack"] = {}
     return spec

@@ -242,7 +242,35 @@ def ensure_emulators():
     for cluster in config.CLUSTERS:
         if start_emulator(cluster):
             started.append(cluster)
+        ensure_device_plugin(cluster)
     return started
+
+
+# The NVIDIA device plugin's DaemonSet, named as the GPU Operator and the static manifest name
+# it. In the lab the node agent itself advertises nvidia.com/gpu, so the DaemonSet only stands
+# for the plugin's presence: its nodeSelector matches no Node and it runs no pod.
+DEVICE_PLUGIN = {
+    "apiVersion": "apps/v1", "kind": "DaemonSet",
+    "metadata": {"name": "nvidia-device-plugin-daemonset", "namespace": "kube-system",
+                 "labels": {"app.kubernetes.io/name": "nvidia-device-plugin"}},
+    "spec": {"selector": {"matchLabels": {"name": "nvidia-device-plugin-ds"}},
+             "template": {"metadata": {"labels": {"name": "nvidia-device-plugin-ds"}},
+                          "spec": {"nodeSelector": {"hybridgpu.io/lab-device-plugin-pods": "none"},
+                                   "containers": [{"name": "nvidia-device-plugin-ctr",
+                                                   "image": "nvcr.io/nvidia/k8s-device-plugin:v0.17.0"}]}}},
+}
+DEVICE_PLUGIN_PATH = "/apis/apps/v1/namespaces/kube-system/daemonsets"
+
+
+def ensure_device_plugin(cluster):
+    """Create the device plugin DaemonSet unless present (tests delete it to break the cluster)."""
+    status, body = api(cluster, "GET", DEVICE_PLUGIN_PATH + "/" + DEVICE_PLUGIN["metadata"]["name"])
+    if status == 200:
+        return False
+    status, body = api(cluster, "POST", DEVICE_PLUGIN_PATH, body=DEVICE_PLUGIN)
+    if status not in (200, 201, 409):
+        raise LabError("creating the device plugin DaemonSet on %s: HTTP %s %s" % (cluster, status, body))
+    return True
 
 
 # ---- cloud node credentials ------------------------------------------------------

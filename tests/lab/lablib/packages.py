@@ -41,9 +41,20 @@ def os_python():
     return venv if os.path.exists(venv) else "python3"
 
 
+# What a GPU node runs pods with (stand-ins in tests/lab/packages): the container toolkit
+# (its install configures containerd's nvidia runtime) and DCGM's dcgmi.
+GPU_STACK = ["nvidia-container-toolkit", "datacenter-gpu-manager"]
+
+
+def fabricmanager(row):
+    return row["driver"].replace("nvidia-driver-", "nvidia-fabricmanager-")
+
+
 def wanted(node):
     row = config.ROWS[node["row"]]
-    pkgs = [row["driver"], "nccl-tests"]
+    pkgs = [row["driver"], "nccl-tests"] + GPU_STACK
+    if "SXM" in row["spec"]["model"] and row["spec"]["count"] >= 8:
+        pkgs.append(fabricmanager(row))  # NVSwitch board: fabric manager in lockstep with the driver
     if node["role"] == "cloud":
         pkgs.append("hybridgpu-node-agent")
     return pkgs
@@ -106,7 +117,7 @@ def ensure_node_packages(node, repo_changed=False):
     env = ["env", "DEBIAN_FRONTEND=noninteractive"]
     run(["podman", "exec", node["name"], *env, "apt-get", "update", "-q"], timeout=300)
     # The driver is pinned to the branch's first release: the estate before onboarding.
-    spec = [p + "=" + row["driver_version"] if p == row["driver"] else p for p in todo]
+    spec = [p + "=" + row["driver_version"] if p in (row["driver"], fabricmanager(row)) else p for p in todo]
     run(["podman", "exec", node["name"], *env, "apt-get", "install", "-y", "-q",
          "--no-install-recommends", *spec], timeout=600)
     log("%s: installed %s" % (node["name"], " ".join(todo)))

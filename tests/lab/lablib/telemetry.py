@@ -9,7 +9,7 @@ import os
 from . import config
 from .util import log, run
 
-EXPORTER = os.path.join(config.ROOT, "roles", "node_agents", "files", "hybridgpu-gpu-exporter.py")
+EXPORTER = os.path.join(config.LAB_SRC, "packages", "gpu-exporter", "hybridgpu-gpu-exporter.py")
 UNIT = "hybridgpu-provider-gpu-exporter"
 TARGET = "/usr/local/lib/hybridgpu-lab/provider-gpu-exporter.py"
 

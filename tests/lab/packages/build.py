@@ -79,6 +79,34 @@ def driver_packages():
     return packages
 
 
+def fabricmanager_packages():
+    """nvidia-fabricmanager-<branch> for every driver version, in lockstep with it (NVIDIA
+    publishes one fabric manager per driver version): the nv-fabricmanager stand-in, its
+    unit and /usr/lib/hybridgpu-lab/fabricmanager.json with the version."""
+    here = os.path.join(HERE, "fabricmanager")
+    packages = []
+    for branch, version, _ in DRIVERS:
+        packages.append({
+            "name": "nvidia-fabricmanager-%s" % branch,
+            "version": "%s-%s" % (version, DEB_REVISION),
+            "section": "non-free/utils",
+            "depends": "python3",
+            "description": "NVIDIA fabric manager %s (hybridgpu lab stand-in)\n"
+                           " Lab stand-in for NVSwitch systems: prints the real version line and, as a\n"
+                           " service, runs only with the same driver version." % version,
+            "files": [
+                {"src": os.path.join(here, "nv_fabricmanager.py"), "dest": "/usr/bin/nv-fabricmanager", "mode": 0o755},
+                {"src": os.path.join(here, "nvidia-fabricmanager.service"),
+                 "dest": "/lib/systemd/system/nvidia-fabricmanager.service", "mode": 0o644},
+                {"data": json.dumps({"version": version}) + "\n",
+                 "dest": "/usr/lib/hybridgpu-lab/fabricmanager.json", "mode": 0o644},
+            ],
+            "postinst": "postinst", "prerm": "prerm",
+            "_from": os.path.join(here, "postinst"),
+        })
+    return packages
+
+
 def dir_packages():
     """Package definitions from <dir>/package.json files."""
     packages = []
@@ -95,7 +123,7 @@ def dir_packages():
 
 
 def all_packages():
-    return driver_packages() + dir_packages()
+    return driver_packages() + fabricmanager_packages() + dir_packages()
 
 
 def debian_names(path=DEBIAN_LIST):

@@ -144,16 +144,16 @@ def test_runtime_agent_and_image():
     answers = {
         ("containerd", "--version"): (0, "containerd github.com/containerd/containerd v1.7.24 88bf19b2\n", ""),
         ("podman", "--version"): (0, "podman version 4.3.1\n", ""),
-        ("dpkg-query", "-W"): (0, "install ok installed|0.1.0-1", ""),
+        ("dpkg-query", "-W"): (0, "install ok installed|1.30.4-1.1", ""),
     }
     node = FakeNode(answers, paths={"containerd": "/usr/bin/containerd", "podman": "/usr/bin/podman",
                                     "dpkg-query": "/usr/bin/dpkg-query"},
                     files={"/etc/image-id": "hgpu-node-2026.11\n", "/etc/os-release": OS_RELEASE})
-    facts = gpu_facts.collect(node.access())
+    facts = gpu_facts.collect(node.access(), stack=False)
     assert facts["container_runtime"] == {"name": "containerd", "version": "1.7.24"}
     assert [r["name"] for r in facts["container_runtimes"]] == ["containerd", "podman"]
     assert facts["container_runtimes"][1]["version"] == "4.3.1"
-    assert facts["agent"] == {"kind": "hybridgpu-node-agent", "version": "0.1.0-1"}
+    assert facts["agent"] == {"kind": "kubelet", "version": "1.30.4"}
     assert facts["image_id"] == "hgpu-node-2026.11"
 
 
@@ -161,9 +161,9 @@ def test_kubelet_wins_over_package_and_absent_package_is_null():
     node = FakeNode({("kubelet", "--version"): (0, "Kubernetes v1.29.3\n", "")},
                     paths={"kubelet": "/usr/bin/kubelet"})
     assert gpu_facts.collect(node.access())["agent"] == {"kind": "kubelet", "version": "1.29.3"}
-    node = FakeNode({("dpkg-query", "-W"): (1, "", "dpkg-query: no packages found matching hybridgpu-node-agent")},
+    node = FakeNode({("dpkg-query", "-W"): (1, "", "dpkg-query: no packages found matching kubelet")},
                     paths={"dpkg-query": "/usr/bin/dpkg-query"})
-    assert gpu_facts.collect(node.access())["agent"] is None
+    assert gpu_facts.collect(node.access(), stack=False)["agent"] is None
 
 
 def test_parse_version_and_os_release():
@@ -243,3 +243,78 @@ def test_module_fails_with_driver_message(tmp_path):
     result = json.loads(proc.stdout)
     assert result.get("failed") is True
     assert "couldn't communicate with the NVIDIA driver" in result["msg"]
+
+
+# ---- GPU software stack (stack=True): one dpkg-query, nvidia-ctk, containerd, fabric manager
+
+NVRM_OPEN = ("NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  565.57.01  Release Build  "
+             "(dvs-builder@U16-A24-9-2)  Thu Oct 10 12:15:00 UTC 2024\n"
+             "GCC version:  gcc version 13.3.0 (Ubuntu 13.3.0-6ubuntu2~24.04)\n")
+CONTAINERD_NVIDIA = """version = 2
+[plugins]
+  [plugins."io.containerd.grpc.v1.cri"]
+    [plugins."io.containerd.grpc.v1.cri".containerd]
+      default_runtime_name = "nvidia"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes]
+        [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia]
+          runtime_type = "io.containerd.runc.v2"
+          [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia.options]
+            BinaryName = "/usr/bin/nvidia-container-runtime"
+        [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+          runtime_type = "io.containerd.runc.v2"
+"""
+DPKG = ("nvidia-driver-565-open\t565.57.01-0ubuntu1\tii \n"
+        "nvidia-container-toolkit\t1.17.3-1\tii \n"
+        "nvidia-fabricmanager-565\t565.57.01-1\tii \n"
+        "kubelet\t1.30.4-1.1\tii \n")
+
+
+def stack_node(dpkg=DPKG, containerd=(0, CONTAINERD_NVIDIA, ""), fm_active="active\n", nvswitches=None, files=None):
+    answers = {("dpkg-query", "-W"): (0, dpkg, ""),
+               ("nvidia-ctk", "--version"): (0, "NVIDIA Container Toolkit CLI version 1.17.3\ncommit: 6b8a2ff\n", ""),
+               ("containerd", "config"): containerd,
+               ("containerd", "--version"): (0, "containerd containerd.io 1.7.24 88bf19b2\n", ""),
+               ("nv-fabricmanager", "--version"): (0, "Fabric Manager version is : 565.57.01\n", ""),
+               ("systemctl", "is-active"): (0 if fm_active == "active\n" else 3, fm_active, "")}
+    paths = {name: "/usr/bin/" + name for name in ("dpkg-query", "nvidia-ctk", "containerd", "nv-fabricmanager", "systemctl")}
+    node = FakeNode(answers, paths=paths, files=dict({"/proc/driver/nvidia/version": NVRM_OPEN}, **(files or {})))
+    access = node.access()
+    access.list_dir = lambda path: nvswitches if path == gpu_facts.NVSWITCH_DIR else None
+    return node, access
+
+
+def test_stack_facts_in_one_run():
+    node, access = stack_node(nvswitches=["0", "1", "2", "3"])
+    stack = gpu_facts.collect(access)["stack"]
+    assert stack["module"] == {"loaded": True, "version": "565.57.01", "flavor": "open", "source": "proc"}
+    assert stack["driver_package"] == {"name": "nvidia-driver-565-open", "version": "565.57.01-0ubuntu1",
+                                       "upstream": "565.57.01"}
+    assert stack["toolkit"] == {"installed": True, "version": "1.17.3", "source": "nvidia-ctk"}
+    assert stack["containerd"]["nvidia_runtimes"] == ["nvidia"]
+    assert stack["containerd"]["default_runtime"] == "nvidia"
+    assert stack["containerd"]["source"] == "containerd config dump"
+    assert stack["fabricmanager"] == {"installed": True, "version": "565.57.01", "active": True, "nvswitch_count": 4}
+    # the stack's packages come from one dpkg-query call
+    dpkg_calls = [c for c in node.calls if c[0] == "dpkg-query"]
+    assert any("nvidia-container-toolkit" in c for c in dpkg_calls)
+    assert sum(1 for c in dpkg_calls if "nvidia-driver*" in c) == 1
+
+
+def test_stack_sysfs_version_wins_and_containerd_file_fallback():
+    node, access = stack_node(containerd=(1, "", "containerd: permission denied"),
+                              files={"/sys/module/nvidia/version": "565.57.01\n",
+                                     "/etc/containerd/config.toml": "version = 2\n"})
+    stack = gpu_facts.collect(access)["stack"]
+    assert stack["module"]["source"] == "sysfs"
+    assert stack["containerd"]["source"] == "/etc/containerd/config.toml"
+    assert stack["containerd"]["nvidia_runtimes"] == []
+    assert "permission denied" in stack["containerd"]["error"]
+
+
+def test_stack_module_version_from_nvidia_smi_when_no_proc_file():
+    node = smi_node((0, real("nvidia-smi-csv", "l40s_drv595_full-query_idle.txt"), ""),
+                    table=(0, real("nvidia-smi-table", "l40s_drv595.txt"), ""))
+    stack = gpu_facts.collect(node.access())["stack"]
+    assert stack["module"] == {"loaded": True, "version": "595.80", "flavor": None, "source": "nvidia-smi"}
+    assert stack["toolkit"]["installed"] is False and stack["containerd"]["present"] is False
+    assert stack["fabricmanager"]["installed"] is False

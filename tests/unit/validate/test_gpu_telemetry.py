@@ -27,7 +27,7 @@ def load(name, *path):
 
 
 def lab_exporter():
-    return load("hybridgpu_gpu_exporter", "roles", "node_agents", "files", "hybridgpu-gpu-exporter.py")
+    return load("hybridgpu_gpu_exporter", "tests", "lab", "packages", "gpu-exporter", "hybridgpu-gpu-exporter.py")
 
 
 def lab_page(count=8, xids=None, hostname=NODE):
