@@ -12,9 +12,7 @@ LAB_PATTERN = re.compile(r"hgpu_lab_|/etc/hybridgpu-lab|10\.213\.77|hybridgpu-la
 # Files other work still has to clear of lab knowledge. Each hit in them is reported by
 # test_files_still_to_clear_hold_hits; empty this list as they are cleared.
 STILL_TO_CLEAR = (
-    "plugins/modules/gpu_facts.py",
     "plugins/modules/k8s_node_credential.py",
-    "roles/node_agents/files/hybridgpu-gpu-exporter.py",
     "roles/node_removal/defaults/main.yml",
     "playbooks/revoke_member.yml",
 )
