@@ -22,7 +22,7 @@ OTHER = "owned-a100-1"
 NS = "hgpu-upgrade-test"
 JOB = "long-sleep"
 MATRIX = {"a100-535": {"gpu_model": "NVIDIA A100-SXM4-80GB", "gpu_count": 8, "gpu_memory_mib": 81920}}
-PIN_535 = "nvidia-driver-535=535.230.02-1"
+PIN_535 = "nvidia-driver-535=535.230.02-1 nvidia-fabricmanager-535=535.230.02-1"
 
 
 def driver(name=NODE):
@@ -147,6 +147,9 @@ def test_rehearsal_moves_535_to_550(setup):
     pkgs = ssh(NODE, "dpkg-query -W -f='${Package} ${db:Status-Abbrev}\\n' 'nvidia-driver-*' | grep -v ' un'").stdout
     assert "nvidia-driver-550 hi" in pkgs and "nvidia-driver-535 ii" not in pkgs, pkgs
     assert ssh(NODE, "apt-mark showhold").stdout.split() == ["nvidia-driver-550"]
+    # the fabric manager moved with the driver (NVSwitch board): same branch, same release
+    fm = ssh(NODE, "dpkg-query -W -f='${Package} ${Version} ${db:Status-Abbrev}\\n' 'nvidia-fabricmanager-*' | grep -v ' un'").stdout
+    assert fm.split()[:2] == ["nvidia-fabricmanager-550", ssh(NODE, "dpkg-query -W -f='${Version}' nvidia-driver-550").stdout], fm
     node = kube().get_node(NODE)
     assert not node["spec"].get("unschedulable")
     assert node["metadata"]["labels"]["nvidia.com/cuda.driver.major"] == "550"

@@ -68,9 +68,10 @@ def installed(node, pkgs):
 
 
 def installed_drivers(node):
-    """{package: (version, held)} of the NVIDIA driver packages installed on the node."""
+    """{package: (version, held)} of the NVIDIA driver and fabric manager packages installed."""
     res = run(["podman", "exec", node["name"], "dpkg-query", "-W", "-f",
-               "${Package} ${Version} ${db:Status-Abbrev}\\n", "nvidia-driver-*"], check=False)
+               "${Package} ${Version} ${db:Status-Abbrev}\\n", "nvidia-driver-*", "nvidia-fabricmanager-*"],
+              check=False)
     out = {}
     for ln in res.stdout.splitlines():
         parts = ln.split()
@@ -79,21 +80,30 @@ def installed_drivers(node):
     return out
 
 
-def restore_driver(node, drivers):
-    """Put the node back on its row's declared driver in one apt transaction (unhold, install the
-    declared release, purge the others), keeping a hold when the node had one, and restart the
-    node's kubelet so its driver label follows. Returns a line saying what changed."""
+def declared_drivers(node):
+    """{package: version}: the row's driver and, on NVSwitch boards, its fabric manager."""
     row = config.ROWS[node["row"]]
-    held = any(h for _, h in drivers.values())
-    others = sorted(p for p in drivers if p != row["driver"])
+    return {p: row["driver_version"] for p in wanted(node) if p in (row["driver"], fabricmanager(row))}
+
+
+def restore_driver(node, drivers):
+    """Put the node back on its row's declared driver (and fabric manager) in one apt transaction
+    (unhold, install the declared release, purge the others), keeping a hold when the node had
+    one, and restart the node's kubelet so its driver label follows. Returns a line saying what
+    changed."""
+    row = config.ROWS[node["row"]]
+    declared = declared_drivers(node)
+    held = any(h for p, (v, h) in drivers.items() if p.startswith("nvidia-driver-"))
+    others = sorted(p for p in drivers if p not in declared)
     script = ["apt-get update -qq", "apt-mark unhold %s >/dev/null" % " ".join(sorted(drivers)),
-              "apt-get install -y -q --allow-downgrades --no-install-recommends %s=%s >/dev/null"
-              % (row["driver"], row["driver_version"])]
+              "apt-get install -y -q --allow-downgrades --no-install-recommends %s >/dev/null"
+              % " ".join("%s=%s" % kv for kv in sorted(declared.items()))]
     if others:
         script.append("apt-get purge -y -q %s >/dev/null" % " ".join(others))
     if held:
         script.append("apt-mark hold %s >/dev/null" % row["driver"])
-    script.append("for u in kubelet hybridgpu-node-agent; do systemctl try-restart $u.service 2>/dev/null; done; true")
+    script.append("for u in nvidia-fabricmanager kubelet hybridgpu-node-agent; do "
+                  "systemctl try-restart $u.service 2>/dev/null; done; true")
     run(["podman", "exec", node["name"], "env", "DEBIAN_FRONTEND=noninteractive", "sh", "-ec",
          " && ".join(script)], timeout=600)
     was = ", ".join("%s %s%s" % (p, v, " (held)" if h else "") for p, (v, h) in sorted(drivers.items()))
@@ -102,12 +112,14 @@ def restore_driver(node, drivers):
 
 def ensure_node_packages(node, repo_changed=False):
     """Bring the node's starting packages to the declared state: install what is missing, and put
-    a driver that a rehearsal or a test changed back on the row's declared release (a hold on the
-    declared driver is kept: onboarding holds it)."""
+    a driver (and fabric manager) that a rehearsal or a test changed back on the row's declared
+    release (a hold on the declared driver is kept: onboarding holds it)."""
     row = config.ROWS[node["row"]]
     drivers = installed_drivers(node)
-    declared = {row["driver"]: row["driver_version"]}
-    if drivers and {p: v for p, (v, h) in drivers.items()} != declared:
+    declared = declared_drivers(node)
+    # Another branch installed, or a declared package at another release (missing ones are installed below).
+    drift = [p for p, (v, h) in drivers.items() if declared.get(p, v + "!") != v]
+    if drift:
         log(restore_driver(node, drivers))
     pkgs = wanted(node)
     have = installed(node, pkgs)

@@ -86,11 +86,15 @@ def fabricmanager_packages():
     here = os.path.join(HERE, "fabricmanager")
     packages = []
     for branch, version, _ in DRIVERS:
+        # One fabric manager at a time, as NVIDIA's packages: each conflicts with the other branches.
+        others = ", ".join("nvidia-fabricmanager-%s" % b for b, _v, _x in DRIVERS if b != branch)
         packages.append({
             "name": "nvidia-fabricmanager-%s" % branch,
             "version": "%s-%s" % (version, DEB_REVISION),
             "section": "non-free/utils",
             "depends": "python3",
+            "conflicts": others,
+            "replaces": others,
             "description": "NVIDIA fabric manager %s (hybridgpu lab stand-in)\n"
                            " Lab stand-in for NVSwitch systems: prints the real version line and, as a\n"
                            " service, runs only with the same driver version." % version,
