@@ -251,6 +251,27 @@ def claim(folder, approval, now=None):
     return entry
 
 
+def mark_done(folder, change_id, target, details=None, now=None):
+    """Note in the ledger entry of ``change_id`` that its change was carried out on ``target``
+    (``done.<target>``), so a later run under the same id resumes around it but does not
+    repeat it. Returns the entry."""
+    now = now or datetime.datetime.now(datetime.timezone.utc)
+    path = os.path.join(folder, "%s.json" % change_id)
+    try:
+        with open(path, "r", encoding="utf-8") as fh:
+            entry = json.load(fh)
+    except (IOError, OSError, ValueError) as exc:
+        raise ApprovalError(["change_id: the ledger entry %s cannot be read (%s)" % (path, exc)], change_id)
+    entry.setdefault("done", {})[target] = dict(details or {}, at=_iso(now))
+    tmp = path + ".tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        json.dump(entry, fh, indent=2, sort_keys=True)
+        fh.write("\n")
+    os.replace(tmp, path)
+    return entry
+
+
 def resolve_executor(boundary, executor, awx_user):
     """The person id of who runs the change.
 
