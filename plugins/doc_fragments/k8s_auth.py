@@ -35,8 +35,10 @@ options:
   validate_certs:
     description:
       - Verify the API server's certificate. Leave on outside throwaway labs.
+      - Given either way it wins over the kubeconfig's C(insecure-skip-tls-verify). Not given, the
+        kubeconfig decides (verification is on unless it sets C(insecure-skip-tls-verify)).
+        Falls back to E(K8S_AUTH_VERIFY_SSL).
     type: bool
-    default: true
     aliases: [verify_ssl]
   request_timeout:
     description:

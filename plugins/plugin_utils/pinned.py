@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """The pinned boundary signers and the AWX identity, for action plugins of modules that verify
-change records (change_approval, node_removal_state).
+change records (change_approval, node_removal_state, driver_package).
 
 The boundary signers are the trust root of every approval, so a launcher must not be able to
 choose them. They come from, in this order:
@@ -34,7 +34,7 @@ PINNED_FILE = "/etc/hybridgpu/boundary_signers"
 PINNED_VAR = "hgpu_boundary_signers"
 RECORDS_VAR = "hgpu_records_dir"
 # Module options only the action plugin sets.
-PRIVATE_ARGS = ("boundary_signers", "awx_user", "ledger_dir")
+PRIVATE_ARGS = ("boundary_signers", "awx_user", "ledger_dir", "approval", "done_at")
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 

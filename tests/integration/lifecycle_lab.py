@@ -76,9 +76,10 @@ def kube(context="onprem"):
     return Kube({"kubeconfig": KUBECONFIG, "context": context})
 
 
-def approvers(directory):
-    """Per-run approver keys and a boundary signed by the lab's pinned boundary signer."""
-    return ls.make_approvers(str(directory), signer=ls.lab_boundary_signer())
+def approvers(directory, members=None):
+    """Per-run approver keys and a boundary signed by the lab's pinned boundary signer
+    (``members``: {person id: access} the boundary lists as well)."""
+    return ls.make_approvers(str(directory), signer=ls.lab_boundary_signer(), members=members)
 
 
 def signed_record(appr, directory, name, signer="sec-owner", **kw):

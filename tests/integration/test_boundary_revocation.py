@@ -1,29 +1,32 @@
-"""The access boundary's own check: remove a test member, revoke that member's
-cluster and host credentials with playbooks/revoke_member.yml (driven by the boundary's
-credential revocation steps) and try each path again: 401 from both emulators, SSH with the
-member's key refused. A rerun changes nothing. The lab is restored afterwards (token files
-as they were, the member's key gone from the node)."""
+"""The access boundary's own check: a test member holds, in both lab clusters, a
+ServiceAccount with its token Secret, a ClusterRoleBinding and a bootstrap token, and an SSH
+login key on a node; the signed boundary lists exactly these under people[test-member].access.
+playbooks/revoke_member.yml revokes them (the objects through the API, the key over SSH) and
+each path is tried again: the objects are gone, the bootstrap token gets 401 from both
+emulators, SSH with the member's key is refused. A rerun changes nothing. Keys given by the
+launcher are refused. The lab is restored afterwards (the objects and the key removed)."""
+import base64
 import os
+import secrets
+import string
 import subprocess
 
 import pytest
 
 from conftest import ROOT, node, ssh
-from lifecycle_lab import approvers, lab_lock, playbook, recap, signed_record  # noqa: F401  pylint: disable=unused-import
+from lifecycle_lab import approvers, kube, lab_lock, playbook, recap, signed_record  # noqa: F401  pylint: disable=unused-import
 
 pytestmark = pytest.mark.lab
 
 NODE = "owned-a100-1"
 CLUSTERS = {"onprem": "https://10.213.77.1:6443", "cloud": "https://10.213.77.1:7443"}
 CA = os.path.join(ROOT, ".lab", "pki", "ca.crt")
+NS = "default"
+SA = "hgpu-test-member"
 
 
-def token_file(cluster):
-    return os.path.join(ROOT, ".lab", "k8s", cluster, "tokens.csv")
-
-
-def member_token(text):
-    return next(line.split(",")[0] for line in text.splitlines() if line.split(",")[1:2] == ["test-member"])
+def b64(text):
+    return base64.b64encode(text.encode()).decode()
 
 
 def api_status(server, token):
@@ -43,61 +46,93 @@ def member_ssh(key):
                            "root@" + node(NODE)["ip"], "true"], capture_output=True, text=True, timeout=30, check=False)
 
 
+def grant(cluster):
+    """The member's objects in one cluster; returns (boundary entries, bootstrap token)."""
+    k = kube(cluster)
+    alphabet = string.ascii_lowercase + string.digits
+    token_id = "".join(secrets.choice(alphabet) for _index in range(6))
+    token_secret = "".join(secrets.choice(alphabet) for _index in range(16))
+    k.call("create sa", k.core.create_namespaced_service_account, NS, {"metadata": {"name": SA}})
+    k.create_secret(NS, {"metadata": {"name": SA + "-token", "annotations": {"kubernetes.io/service-account.name": SA}},
+                         "type": "kubernetes.io/service-account-token"})
+    k.call("create crb", k.rbac.create_cluster_role_binding, {
+        "metadata": {"name": SA}, "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "view"},
+        "subjects": [{"kind": "ServiceAccount", "name": SA, "namespace": NS}]})
+    k.create_secret("kube-system", {
+        "metadata": {"name": "bootstrap-token-" + token_id}, "type": "bootstrap.kubernetes.io/token",
+        "data": {"token-id": b64(token_id), "token-secret": b64(token_secret),
+                 "usage-bootstrap-authentication": b64("true")}})
+    entries = [{"context": cluster, "kind": "ServiceAccount", "namespace": NS, "name": SA},
+               {"context": cluster, "kind": "ClusterRoleBinding", "name": SA},
+               {"context": cluster, "kind": "BootstrapToken", "name": token_id}]
+    return entries, "%s.%s" % (token_id, token_secret)
+
+
+def clean(cluster, entries):
+    k = kube(cluster)
+    k.call_or_none("delete sa", k.core.delete_namespaced_service_account, SA, NS)
+    k.delete_secret(NS, SA + "-token")
+    k.call_or_none("delete crb", k.rbac.delete_cluster_role_binding, SA)
+    for item in entries:
+        if item["kind"] == "BootstrapToken":
+            k.delete_secret("kube-system", "bootstrap-token-" + item["name"])
+
+
 @pytest.fixture(scope="module")
 def member(lab_lock, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("revoke")
-    saved = {c: open(token_file(c)).read() for c in CLUSTERS}
-    tokens = {c: member_token(t) for c, t in saved.items()}
     key = str(tmp / "member-key")
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "hgpu-test-member", "-f", key], check=True)
     pub = open(key + ".pub").read().strip()
     ssh(NODE, "echo '%s' >> /root/.ssh/authorized_keys" % pub)
+    granted = {c: grant(c) for c in CLUSTERS}
+    access = {"ssh_keys": [pub], "kubernetes": [e for entries, dummy in granted.values() for e in entries]}
     try:
-        yield {"tmp": tmp, "tokens": tokens, "key": key, "pub": pub, "appr": approvers(tmp / "appr")}
+        yield {"tmp": tmp, "tokens": {c: t for c, (dummy, t) in granted.items()}, "key": key, "pub": pub,
+               "appr": approvers(tmp / "appr", members={"test-member": access})}
     finally:
-        # restore: the token files byte for byte (the emulators re-read them), the key gone
-        for c, text in saved.items():
-            with open(token_file(c) + ".restore", "w") as fh:
-                fh.write(text)
-            os.chmod(token_file(c) + ".restore", 0o600)
-            os.replace(token_file(c) + ".restore", token_file(c))
+        for c, (entries, dummy) in granted.items():
+            clean(c, entries)
         ssh(NODE, "sed -i '/hgpu-test-member/d' /root/.ssh/authorized_keys", check=False)
 
 
-def revoke(member, record, keys_text=None):
-    """keys_text: give the keys as the AWX survey does (a textarea, one key per line)."""
+def objects_left(cluster):
+    k = kube(cluster)
+    return [what for what, obj in (
+        ("sa", k.call_or_none("get sa", k.core.read_namespaced_service_account, SA, NS)),
+        ("token secret", k.get_secret(NS, SA + "-token")),
+        ("crb", k.call_or_none("get crb", k.rbac.read_cluster_role_binding, SA))) if obj is not None]
+
+
+def revoke(member, record, **extra):
     ev = {"revoke_member": "test-member", "revoke_executor": "ops-lead", "revoke_hosts": NODE,
           "revoke_boundary": member["appr"]["boundary"], "change_record_path": record,
           "revoke_ssh_proof_key": member["key"], "revoke_records_dir": str(member["tmp"] / "records")}
-    if keys_text is None:
-        ev["revoke_ssh_keys"] = [member["pub"]]
-    else:
-        ev["revoke_ssh_keys_text"] = keys_text
+    ev.update(extra)
     return playbook("revoke_member.yml", extra=ev, tmp_path=member["tmp"])
 
 
 def test_every_path_of_a_revoked_member_is_denied(member):
-    # before: the member authenticates at both API servers and logs in over SSH
+    # before: the member's token authenticates at both API servers, the key logs in over SSH
     for c, server in CLUSTERS.items():
         assert api_status(server, member["tokens"][c]) != 401
+        assert objects_left(c) == ["sa", "token secret", "crb"]
     assert member_ssh(member["key"]).returncode == 0
 
     record = signed_record(member["appr"], member["tmp"], "chg-revoke.yml", change_id="CHG-REVOKE-LAB",
                            action="revoke_member", member="test-member", targets=[NODE], requester="ops-lead",
                            reason="member left")
-    # the keys as AWX passes them: text, one per line (blank lines and padding ignored)
-    res = revoke(member, record, keys_text="\n  %s  \n\n" % member["pub"].strip())
+    res = revoke(member, record)
     assert res.returncode == 0, res.out[-5000:]
-    assert "The member's token gets 401 from every API server" in res.out
+    assert "No object of the member is left in any context (read again)" in res.out
 
     # every path again, from the test itself
     for c, server in CLUSTERS.items():
         assert api_status(server, member["tokens"][c]) == 401, c
-        assert "test-member" not in open(token_file(c)).read()
+        assert objects_left(c) == [], c
     denied = member_ssh(member["key"])
     assert denied.returncode != 0 and "Permission denied" in denied.stderr
     # the admin and the lab key still work
-    from lifecycle_lab import kube
     assert kube("onprem").get_node(NODE) is not None and kube("cloud").list_nodes()
     ssh(NODE, "true")
 
@@ -117,23 +152,23 @@ def test_every_path_of_a_revoked_member_is_denied(member):
 
 
 def test_unsigned_record_revokes_nothing(member):
-    before = {c: open(token_file(c)).read() for c in CLUSTERS}
     keys = ssh(NODE, "cat /root/.ssh/authorized_keys").stdout
+    left = {c: objects_left(c) for c in CLUSTERS}
     record = signed_record(member["appr"], member["tmp"], "unsigned.yml", signer=None,
                            change_id="CHG-REVOKE-BAD", action="revoke_member", member="test-member", targets=[NODE],
                            requester="ops-lead")
     res = revoke(member, record)
     assert res.returncode != 0 and "signature" in res.out
-    assert {c: open(token_file(c)).read() for c in CLUSTERS} == before
+    assert {c: objects_left(c) for c in CLUSTERS} == left
     assert ssh(NODE, "cat /root/.ssh/authorized_keys").stdout == keys
 
 
-def test_a_line_that_is_not_a_key_revokes_nothing(member):
-    before = {c: open(token_file(c)).read() for c in CLUSTERS}
+def test_keys_from_the_launcher_revoke_nothing(member):
     keys = ssh(NODE, "cat /root/.ssh/authorized_keys").stdout
-    record = signed_record(member["appr"], member["tmp"], "badkey.yml", change_id="CHG-REVOKE-KEY",
+    left = {c: objects_left(c) for c in CLUSTERS}
+    record = signed_record(member["appr"], member["tmp"], "launcher.yml", change_id="CHG-REVOKE-KEY",
                            action="revoke_member", member="test-member", targets=[NODE], requester="ops-lead")
-    res = revoke(member, record, keys_text="%s\nalice's laptop key\n" % member["pub"].strip())
-    assert res.returncode != 0 and "not an SSH public key" in res.out and "nothing was changed" in res.out
-    assert {c: open(token_file(c)).read() for c in CLUSTERS} == before
+    res = revoke(member, record, revoke_ssh_keys=[member["pub"]])
+    assert res.returncode != 0 and "are not inputs" in res.out and "nothing was changed" in res.out
+    assert {c: objects_left(c) for c in CLUSTERS} == left
     assert ssh(NODE, "cat /root/.ssh/authorized_keys").stdout == keys

@@ -14,7 +14,6 @@ LAB_PATTERN = re.compile(r"hgpu_lab_|/etc/hybridgpu-lab|10\.213\.77|hybridgpu-la
 STILL_TO_CLEAR = (
     "plugins/modules/k8s_node_credential.py",
     "roles/node_removal/defaults/main.yml",
-    "playbooks/revoke_member.yml",
 )
 
 

@@ -19,7 +19,7 @@ BIN = os.path.dirname(sys.executable)
 NODE_MONITOR_GRACE = 40
 # Destructive playbooks whose default target other work still has to make a name that matches
 # no host; empty this list as they are cleared.
-TARGET_STILL_TO_CLEAR = ("playbooks/revoke_member.yml",)
+TARGET_STILL_TO_CLEAR = ()
 
 
 def defaults(role):

@@ -125,6 +125,20 @@ def _window_problems(start, end, now, max_window_hours):
     return problems
 
 
+def _member_access(boundary, record, member, problems):
+    """What the boundary lists for ``member`` (None without one); adds the member problems."""
+    if record.get("member") != member:
+        problems.append("member: the record approves revoking %s, this run revokes %s"
+                        % (record.get("member") or "no member", member or "no member"))
+    if member is None:
+        return None
+    access = boundary.access_of(member)
+    if access is None:
+        problems.append("member: %s is no person in the boundary (people[].id); only what the signed "
+                        "boundary lists for a member can be revoked" % member)
+    return access
+
+
 def check(boundary, record_text, signature_text, action, targets, now=None, executor=None,
           filename="change record", playbook=None, member=None, max_window_hours=MAX_WINDOW_HOURS):
     """Run every check; return the approval summary or raise ApprovalError listing all problems.
@@ -158,10 +172,7 @@ def check(boundary, record_text, signature_text, action, targets, now=None, exec
             problems.append("playbook: %s performs %s, not %s" % (run_playbook, PLAYBOOK_ACTIONS[run_playbook], action))
         if record["playbook"] != run_playbook:
             problems.append("playbook: the record approves %s, this run is %s" % (record["playbook"], run_playbook))
-    if record.get("member") is not None or member is not None:
-        if record.get("member") != member:
-            problems.append("member: the record approves revoking %s, this run revokes %s"
-                            % (record.get("member") or "no member", member or "no member"))
+    access = _member_access(boundary, record, member, problems)
     approvers = boundary.approvers_for(record["action"])
     if approver and approver not in approvers:
         problems.append("approver: %s may not approve %s (boundary change_rights.%s.approvers: %s)"
@@ -192,6 +203,8 @@ def check(boundary, record_text, signature_text, action, targets, now=None, exec
         "action": record["action"],
         "playbook": record["playbook"],
         "member": record.get("member"),
+        # What the verified boundary lists for the member (revoke_member revokes exactly this).
+        "member_access": access,
         "approver": approver,
         "requester": record["requester"],
         "executor": executor,
@@ -248,6 +261,27 @@ def claim(folder, approval, now=None):
         json.dump(entry, fh, indent=2, sort_keys=True)
         fh.write("\n")
     entry["resumed"] = False
+    return entry
+
+
+def mark_done(folder, change_id, target, details=None, now=None):
+    """Note in the ledger entry of ``change_id`` that its change was carried out on ``target``
+    (``done.<target>``), so a later run under the same id resumes around it but does not
+    repeat it. Returns the entry."""
+    now = now or datetime.datetime.now(datetime.timezone.utc)
+    path = os.path.join(folder, "%s.json" % change_id)
+    try:
+        with open(path, "r", encoding="utf-8") as fh:
+            entry = json.load(fh)
+    except (IOError, OSError, ValueError) as exc:
+        raise ApprovalError(["change_id: the ledger entry %s cannot be read (%s)" % (path, exc)], change_id)
+    entry.setdefault("done", {})[target] = dict(details or {}, at=_iso(now))
+    tmp = path + ".tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        json.dump(entry, fh, indent=2, sort_keys=True)
+        fh.write("\n")
+    os.replace(tmp, path)
     return entry
 
 

@@ -5,7 +5,7 @@
 A boundary file names people once (``people``) and refers to them by id everywhere else,
 so a typo such as an approver "bob" who is not in ``people`` is caught. Onboarding, approval
 and removal use the helpers on :class:`Boundary`: allowed_agents(), egress_allowlist(),
-approvers_for(), needs_approval(), four_eyes().
+approvers_for(), needs_approval(), four_eyes(), access_of() (what a member holds).
 """
 from __future__ import absolute_import, division, print_function
 
@@ -20,17 +20,20 @@ try:
     import netaddr
 except ImportError:  # pragma: no cover - netaddr is a collection requirement
     netaddr = None
-
 SCHEMA_VERSION = 1
 
-# Actions the change process knows. Others are rejected so a misspelt action cannot
-# silently escape approval.
+# Actions the change process knows; others are rejected (a misspelt action escapes nothing).
 ACTIONS = ("drain", "cordon", "uncordon", "reboot", "driver_upgrade", "remove", "label",
            "join", "firmware_upgrade", "kubernetes_upgrade", "revoke_member")
 
 CREDENTIAL_KINDS = ("kubernetes", "ssh_key", "bmc", "service_token")
 
 ID_PATTERN = r"^[a-z0-9][a-z0-9._-]*$"
+DNS_LABEL = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
+DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$"
+# Kubernetes objects a member may hold (a BootstrapToken is named by its token id).
+ACCESS_KINDS = ("ServiceAccount", "RoleBinding", "ClusterRoleBinding", "BootstrapToken")
+NAMESPACED_ACCESS = ("ServiceAccount", "RoleBinding")
 
 
 def _egress_entry(value):
@@ -96,6 +99,17 @@ def _person():
         # The person's AWX user name when it is not the person id; an AWX job's executor is
         # the person whose AWX user launched it.
         "awx_user": s.Field(s.Str(), required=False),
+        # What the person holds, revoked by revoke_member.yml: login keys (not signing keys) and
+        # Kubernetes objects, each in a kubeconfig context.
+        "access": s.Field(s.Map({
+            "ssh_keys": s.Field(s.ListOf(s.Custom(_ssh_public_key), unique=True), required=False, default=list),
+            "kubernetes": s.Field(s.ListOf(s.Map({
+                "context": s.Field(s.Str(ID_PATTERN, hint="a kubeconfig context name")),
+                "kind": s.Field(s.Enum(ACCESS_KINDS)),
+                "namespace": s.Field(s.Str(DNS_LABEL, hint="a namespace name"), required=False),
+                "name": s.Field(s.Str(DNS_SUBDOMAIN, hint="an object name")),
+            })), required=False, default=list),
+        }), required=False, default=dict),
     })
 
 
@@ -201,6 +215,11 @@ def _cross_check(doc, filename):
         if person_id not in known:
             errors.append('%s: %s: unknown member "%s" (not in people)' % (filename, path, person_id))
 
+    for i, person in enumerate(doc["people"]):
+        for j, item in enumerate((person.get("access") or {}).get("kubernetes") or []):
+            if (item["kind"] in NAMESPACED_ACCESS) != bool(item.get("namespace")):
+                errors.append("%s: people[%d].access.kubernetes[%d].namespace: %s for kind %s" % (
+                    filename, i, j, "is required" if item["kind"] in NAMESPACED_ACCESS else "is not used", item["kind"]))
     ref("security_owner", doc["security_owner"])
     for key in ("root_holders", "bmc_holders"):
         for i, pid in enumerate(doc[key]):
@@ -345,6 +364,13 @@ class Boundary:
                 ids.update(rule["approvers"])
         return {p["id"]: list(p.get("ssh_keys") or []) for p in self.doc["people"]
                 if p["id"] in ids and p.get("ssh_keys")}
+
+    def access_of(self, person_id):
+        """What ``person_id`` holds ({ssh_keys, kubernetes}), or None."""
+        access = (self.person(person_id) or {"access": None}).get("access")
+        return None if access is None else {"ssh_keys": list(access.get("ssh_keys") or []),
+                                            "kubernetes": [{k: v for k, v in i.items() if v is not None}
+                                                           for i in access.get("kubernetes") or []]}
 
     def revocation_steps(self):
         return {kind: [c["revocation"] for c in self.doc["credentials"] if c["kind"] == kind]

@@ -124,8 +124,10 @@ def build_api_client(params):
         cfg.key_file = None
     if params.get("ca_cert"):
         cfg.ssl_ca_cert = params["ca_cert"]
-    if params.get("validate_certs") is False:
-        cfg.verify_ssl = False
+    # validate_certs given either way wins over the kubeconfig's insecure-skip-tls-verify;
+    # unset, the kubeconfig decides (verification is on unless it says otherwise).
+    if params.get("validate_certs") is not None:
+        cfg.verify_ssl = bool(params["validate_certs"])
     # Our own backoff decides about retries; urllib3 must not retry underneath it.
     cfg.retries = False
     return k8s_client.ApiClient(configuration=cfg)
@@ -148,6 +150,7 @@ class Kube(object):
         self.batch = k8s_client.BatchV1Api(self.api_client)
         self.apps = k8s_client.AppsV1Api(self.api_client)
         self.policy = k8s_client.PolicyV1Api(self.api_client)
+        self.rbac = k8s_client.RbacAuthorizationV1Api(self.api_client)
         self.version_api = k8s_client.VersionApi(self.api_client)
 
     # -- transport ---------------------------------------------------------------------

@@ -34,7 +34,7 @@ K8S_AUTH_ARG_SPEC = dict(
     host=dict(type="str", fallback=(env_fallback, ["K8S_AUTH_HOST"])),
     api_key=dict(type="str", no_log=True, fallback=(env_fallback, ["K8S_AUTH_API_KEY"])),
     ca_cert=dict(type="path", aliases=["ssl_ca_cert"], fallback=(env_fallback, ["K8S_AUTH_SSL_CA_CERT"])),
-    validate_certs=dict(type="bool", default=True, aliases=["verify_ssl"]),
+    validate_certs=dict(type="bool", aliases=["verify_ssl"], fallback=(env_fallback, ["K8S_AUTH_VERIFY_SSL"])),
     request_timeout=dict(type="float", default=20.0),
     api_retries=dict(type="int", default=4),
 )

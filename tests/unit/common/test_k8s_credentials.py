@@ -119,3 +119,48 @@ def test_ca_cert_and_validate_certs_win_over_kubeconfig(tmp_path):
     cfg = k8s.build_api_client({"kubeconfig": path, "ca_cert": str(ca), "validate_certs": False}).configuration
     assert cfg.ssl_ca_cert == str(ca)
     assert cfg.verify_ssl is False
+
+
+@pytest.fixture
+def tls_server(tmp_path):
+    """An HTTPS server on loopback with a self-signed certificate no CA bundle trusts."""
+    import ssl
+    import subprocess
+    crt, key = tmp_path / "srv.crt", tmp_path / "srv.key"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1",
+                    "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(crt)],
+                   check=True, capture_output=True)
+    srv = Recorder()
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(str(crt), str(key))
+    srv.socket = ctx.wrap_socket(srv.socket, server_side=True)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    yield srv
+    srv.shutdown()
+    srv.server_close()
+
+
+def insecure_kubeconfig(tmp_path, url):
+    path = kubeconfig(tmp_path, url)
+    doc = json.loads(open(path).read())
+    doc["clusters"][0]["cluster"]["insecure-skip-tls-verify"] = True
+    with open(path, "w") as fh:
+        fh.write(json.dumps(doc))
+    return path
+
+
+def test_validate_certs_true_wins_over_kubeconfig_insecure_skip(tls_server, tmp_path):
+    url = "https://127.0.0.1:%d" % tls_server.server_address[1]
+    path = insecure_kubeconfig(tmp_path, url)
+    # the kubeconfig alone skips verification: the request reaches the server
+    assert sent(tls_server, {"kubeconfig": path}) == ["Bearer admin-token"] * 2
+    # validate_certs: true given explicitly: the client checks the certificate and refuses it
+    with pytest.raises(k8s.K8sError) as err:
+        sent(tls_server, {"kubeconfig": path, "validate_certs": True})
+    assert "CERTIFICATE_VERIFY_FAILED" in "%s %s" % (err.value.message, err.value.cause), vars(err.value)
+    assert tls_server.auth == ["Bearer admin-token"] * 2
+
+
+def test_module_leaves_validate_certs_unset_unless_given():
+    from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import k8s_module
+    assert "default" not in k8s_module.K8S_AUTH_ARG_SPEC["validate_certs"]

@@ -59,9 +59,10 @@ def sign_boundary(path, key):
     return path + ".sig"
 
 
-def make_approvers(directory, people=PEOPLE, boundary_src=LAB_BOUNDARY, signer=None):
+def make_approvers(directory, people=PEOPLE, boundary_src=LAB_BOUNDARY, signer=None, members=None):
     """Generate a key per person, write boundary.yml naming the public keys and sign it with
     the boundary signer (``signer``: (key, signers file); a new one in ``directory`` when None).
+    ``members``: {person id: access} added as people (what revoke_member may revoke).
 
     Returns {"boundary": path, "keys": {person: private key path}, "signers": pinned
     allowed_signers text, "signers_file": its path, "boundary_key": the signing key}."""
@@ -74,6 +75,8 @@ def make_approvers(directory, people=PEOPLE, boundary_src=LAB_BOUNDARY, signer=N
             key = os.path.join(directory, "key-%s" % person["id"])
             person["ssh_keys"] = [keygen(key, person["id"])]
             keys[person["id"]] = key
+    for person, access in (members or {}).items():
+        doc["people"].append({"id": person, "access": access})
     path = os.path.join(directory, "boundary.yml")
     with open(path, "w") as fh:
         yaml.safe_dump(doc, fh, sort_keys=False)

@@ -18,9 +18,15 @@ from ansible_collections.hybridgpu.fleet.plugins.module_utils.common.boundary im
 from ansible_collections.hybridgpu.fleet.plugins.modules import change_approval  # noqa: E402
 
 
+MEMBER_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIJxu1Y2IhVgC4b2cJ1CvBy5l4mXl5Y1w6eX0b3e8m1Zq test-member"
+MEMBER_ACCESS = {"ssh_keys": [MEMBER_KEY],
+                 "kubernetes": [{"context": "onprem", "kind": "ServiceAccount", "namespace": "team-a", "name": "test-member"},
+                                {"context": "cloud", "kind": "BootstrapToken", "name": "abcdef"}]}
+
+
 @pytest.fixture(scope="module")
 def people(tmp_path_factory):
-    return ls.make_approvers(str(tmp_path_factory.mktemp("approvers")))
+    return ls.make_approvers(str(tmp_path_factory.mktemp("approvers")), members={"test-member": MEMBER_ACCESS})
 
 
 @pytest.fixture
@@ -307,7 +313,10 @@ def test_removal_record_does_not_pass_the_revocation_gate(people, tmp_path):
 def test_revocation_names_its_member(people, tmp_path):
     record = remove_record(people, tmp_path, action="revoke_member", member="test-member")
     params = gate_params(people, record, action="revoke_member", playbook="revoke_member.yml")
-    assert change_approval.run(dict(params, member="test-member"))["member"] == "test-member"
+    res = change_approval.run(dict(params, member="test-member"))
+    assert res["member"] == "test-member"
+    # what is revoked is what the signed boundary lists for that member, never launcher input
+    assert res["member_access"] == MEMBER_ACCESS
     with pytest.raises(approval.ApprovalError) as err:
         change_approval.run(dict(params, member="ops-lead"))
     assert "member: the record approves revoking test-member, this run revokes ops-lead" in problems(err)

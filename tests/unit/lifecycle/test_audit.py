@@ -242,6 +242,10 @@ def test_torn_tail_is_detected_refused_and_repaired_by_an_audited_command(log):
     last = json.loads(lines(log)[-1])
     assert last["seq"] == 5 and last["action"] == "audit_repair" and last["executor"] == "ops-lead"
     assert last["details"]["sha256"] == hashlib.sha256(TORN).hexdigest() and last["details"]["bytes"] == len(TORN)
+    # the audited repair and the command's output say where the torn bytes went
+    aside = os.path.join(os.path.dirname(os.path.abspath(log)), moved[0])
+    assert last["details"]["moved_to"] == aside
+    assert "to %s;" % aside in out.stdout
     assert audit.verify(log)["ok"]
     audit.append(log, ev("uncordon"))
     assert audit.verify(log)["entries"] == 6
@@ -402,6 +406,10 @@ def test_module_returns_the_head_and_repairs(tmp_path, operators):
     fixed = run_module({"path": path, "state": "repaired", "executor": "ops-lead", "syslog": False})
     assert fixed["changed"] and fixed["repair"]["sha256"] == hashlib.sha256(TORN).hexdigest()
     assert fixed["entry"]["action"] == "audit_repair" and fixed["head"]["seq"] == 2
+    moved_to = fixed["repair"]["moved_to"]
+    assert moved_to == fixed["entry"]["details"]["moved_to"] and moved_to.startswith(path + ".torn-")
+    with open(moved_to, "rb") as fh:
+        assert fh.read() == TORN
     ok = run_module({"path": path, "state": "verified", "allowed_signers": operators["signers"]})
     assert ok["verification"]["ok"] and ok["verification"]["anchors"]["signers"] == ["ops-lead"]
     os.remove(path)

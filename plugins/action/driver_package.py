@@ -1,0 +1,61 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Runs hybridgpu.fleet.driver_package only under a verified change record.
+
+The record is verified here, on the control host, before the module runs on the node: the
+boundary signed by the pinned boundary signers, the record signed by an approver of
+driver_upgrade for this playbook and these targets, the executor (the AWX user under AWX),
+and the ledger of used change ids (plugin_utils/pinned.py says where each comes from; a
+launcher can choose none of them). A successful change is noted in the ledger entry, so the
+same change id cannot change the node's driver a second time."""
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+from ansible.plugins.action import ActionBase
+
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import approval
+from ansible_collections.hybridgpu.fleet.plugins.plugin_utils import pinned
+
+ACTION = "driver_upgrade"
+
+
+def verify(args, host, check_mode):
+    """The verified approval for ``host`` (ApprovalError when refused) and when the ledger says
+    the change was done there."""
+    targets = args.get("targets") or []
+    if host not in targets:
+        raise approval.ApprovalError(["targets: this node %s is not one of the run's targets [%s]"
+                                      % (host, ", ".join(targets))])
+    params = dict(args, action=ACTION, playbook=args.get("playbook") or "upgrade_rehearsal.yml",
+                  ledger_dir=None if check_mode else args["ledger_dir"])
+    verified = approval.gate(params)
+    done = ((verified.get("ledger") or {}).get("done") or {}).get(host)
+    return verified, (done or {}).get("at")
+
+
+class ActionModule(ActionBase):
+
+    def run(self, tmp=None, task_vars=None):
+        task_vars = task_vars or {}
+        result = super(ActionModule, self).run(tmp, task_vars)
+        args = pinned.module_args(self, task_vars)
+        host = task_vars.get("inventory_hostname")
+        try:
+            verified, done_at = verify(args, host, self._play_context.check_mode)
+        except approval.ApprovalError as exc:
+            result.update(failed=True, msg="%s. Nothing was changed." % exc, problems=exc.problems,
+                          change_id=exc.change_id)
+            return result
+        module_args = {k: v for k, v in args.items() if k not in ("boundary_signers", "ledger_dir", "awx_user")}
+        module_args["approval"] = {k: v for k, v in verified.items() if k != "ledger"}
+        if done_at:
+            module_args["done_at"] = done_at
+        result.update(self._execute_module(module_name=self._task.action, module_args=module_args,
+                                           task_vars=task_vars))
+        if result.get("changed") and not result.get("failed") and not self._play_context.check_mode:
+            plan = result.get("plan") or {}
+            approval.mark_done(args["ledger_dir"], verified["change_id"], host,
+                               {"package": args.get("package"), "version": args.get("version") or None,
+                                "installed": bool(plan.get("install"))})
+        return result

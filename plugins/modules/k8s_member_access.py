@@ -1,0 +1,114 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: hybridgpu.fleet contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: k8s_member_access
+short_description: Revoke through the API the Kubernetes objects the access boundary lists for a member
+version_added: "0.2.0"
+description:
+  - Deletes what O(items) lists (the member's C(people[].access.kubernetes) entries of one
+    context in the verified boundary) through the API; no token file on the API server is edited.
+  - C(ServiceAccount) deletes the account's token Secrets (type
+    C(kubernetes.io/service-account-token), annotated with the account's name) and the account,
+    which also invalidates the bound tokens issued for it. C(RoleBinding) and
+    C(ClusterRoleBinding) delete the binding. C(BootstrapToken) deletes the Secret
+    C(kube-system/bootstrap-token-<id>).
+  - Every object is read first (what is gone already is reported in RV(absent), so a rerun
+    changes nothing) and read again after the delete; one still there fails the task.
+extends_documentation_fragment:
+  - hybridgpu.fleet.attributes
+  - hybridgpu.fleet.k8s_auth
+options:
+  member:
+    description: The member whose access is revoked (for messages and the result).
+    type: str
+    required: true
+  items:
+    description: The objects, as the boundary lists them; entries for another context than O(context) are refused.
+    type: list
+    elements: dict
+    required: true
+    suboptions:
+      context:
+        description: Kubernetes context the object lives in.
+        type: str
+      kind:
+        description: What the member holds.
+        type: str
+        required: true
+        choices: [ServiceAccount, RoleBinding, ClusterRoleBinding, BootstrapToken]
+      namespace:
+        description: Namespace (ServiceAccount and RoleBinding).
+        type: str
+      name:
+        description: Object name (for a BootstrapToken its token id).
+        type: str
+        required: true
+attributes:
+  check_mode:
+    support: full
+    details: Reads every object and reports what would be revoked.
+  diff_mode:
+    support: none
+author:
+  - hybridgpu.fleet maintainers (@hybridgpu)
+"""
+
+EXAMPLES = r"""
+- name: Revoke the member's objects in the onprem cluster
+  hybridgpu.fleet.k8s_member_access:
+    context: onprem
+    member: test-member
+    items:
+      - {context: onprem, kind: ServiceAccount, namespace: team-a, name: test-member}
+      - {context: onprem, kind: BootstrapToken, name: abcdef}
+  delegate_to: localhost
+"""
+
+RETURN = r"""
+revoked:
+  description: Objects deleted (in check mode, that would be deleted), as C(Kind namespace/name).
+  returned: always
+  type: list
+  elements: str
+absent:
+  description: Objects already gone.
+  returned: always
+  type: list
+  elements: str
+"""
+
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.common.k8s import K8sError
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.common.k8s_module import K8sModule
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.lifecycle import member_access
+
+ITEM = dict(context=dict(type="str"),
+            kind=dict(type="str", required=True, choices=["ServiceAccount", "RoleBinding", "ClusterRoleBinding",
+                                                          "BootstrapToken"]),
+            namespace=dict(type="str"), name=dict(type="str", required=True))
+
+
+def main():
+    module = K8sModule(argument_spec=dict(member=dict(type="str", required=True),
+                                          items=dict(type="list", elements="dict", required=True, options=ITEM)),
+                       supports_check_mode=True)
+    p = module.params
+    other = [i for i in p["items"] if i.get("context") and p.get("context") and i["context"] != p["context"]]
+    if other:
+        module.fail_json(msg="items: %d entries are for context %s, not %s; nothing was changed"
+                         % (len(other), other[0]["context"], p["context"]))
+    try:
+        result = member_access.revoke(module.client(), p["items"], module.check_mode)
+    except K8sError as err:
+        module.fail_api(err, "revoke the access of", name=p["member"])
+    except member_access.AccessError as err:
+        module.fail_json(msg="%s: %s" % (module.where("revoke the access of", name=p["member"]), err))
+    module.exit_json(changed=bool(result["revoked"]), **result)
+
+
+if __name__ == "__main__":
+    main()
