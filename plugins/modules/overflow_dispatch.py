@@ -255,7 +255,7 @@ options:
             type: str
             default: root
           known_hosts:
-            description: known_hosts path on the cloud nodes; without it the first key seen is accepted.
+            description: known_hosts path on the cloud nodes; without it the first key a run sees is kept for that run.
             type: str
   inputs:
     description:

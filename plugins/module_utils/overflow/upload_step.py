@@ -85,7 +85,9 @@ def _ssh(storage):
     if storage.get("known_hosts"):
         words += ["-o", "UserKnownHostsFile=" + storage["known_hosts"], "-o", "StrictHostKeyChecking=yes"]
     else:
-        words += ["-o", "StrictHostKeyChecking=accept-new"]     # first key seen is kept, a changed one refused
+        # no known_hosts given: the first key this run sees is kept for the run (inputs and upload
+        # reach the same host), in a file of its own
+        words += ["-o", "UserKnownHostsFile=" + storage["run_known_hosts"], "-o", "StrictHostKeyChecking=accept-new"]
     return words
 
 
@@ -119,6 +121,8 @@ def main(argv):
         sys.stderr.write("usage: upload_step <config JSON> -- <command ...>\n")
         return 2
     cfg = json.loads(argv[0])
+    fd, cfg["storage"]["run_known_hosts"] = tempfile.mkstemp(prefix="ovf-known-hosts-")
+    os.close(fd)
     job_id, attempt_id = os.environ.get("OVF_JOB_ID"), os.environ.get("OVF_ATTEMPT_ID")
     if cfg.get("workdir"):
         os.makedirs(cfg["workdir"], exist_ok=True)

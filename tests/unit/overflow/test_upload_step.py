@@ -111,9 +111,11 @@ def test_manifest_lists_every_file_but_itself(tmp_path):
     assert upload_step.manifest_text(str(tmp_path)) == "%s  d/x\n" % hashlib.sha256(b"x").hexdigest()
 
 
-def test_known_hosts_is_checked_when_given():
+def test_known_hosts_is_checked_when_given_else_the_first_key_is_kept_for_the_run():
     words = upload_step._ssh({"ssh_key": "/k", "known_hosts": "/etc/kh"})
     assert "StrictHostKeyChecking=yes" in words and "UserKnownHostsFile=/etc/kh" in words
+    words = upload_step._ssh({"ssh_key": "/k", "run_known_hosts": "/tmp/run-kh"})
+    assert "StrictHostKeyChecking=accept-new" in words and "UserKnownHostsFile=/tmp/run-kh" in words
 
 
 def test_the_labs_slurm_user_job_carried_gives_the_reference_output(node, tmp_path):
