@@ -109,6 +109,19 @@ def cloud_spec(job_id, cls, template, inputs=(), local=None, slurm_read=None):
     return {"pod_spec": pod, "rewrites": rewrites}
 
 
+def _check_carry(results, local, classes, class_of, params):
+    """Check mode: a job that would move but cannot be carried is reported as would_refuse (reads only)."""
+    movers = [r for r in results if r["outcome"] == "would_move"]
+    reads = local.read_jobs([r["job_id"] for r in movers]) if isinstance(local, SlurmLocalQueue) and movers else {}
+    for r in movers:
+        cls_name = class_of.get(r["job_id"])
+        try:
+            cloud_spec(r["job_id"], classes.get(cls_name) or {}, params.get("job_template"),
+                       (params.get("inputs") or {}).get(cls_name) or [], local, reads.get(r["job_id"]))
+        except (carry.CarryRefused, ValueError) as exc:
+            r["outcome"], r["reason"] = "would_refuse", str(exc)
+
+
 def check_names(params):
     """Refuse unsafe job IDs and input/dataset names (remote.check_name) before anything runs."""
     try:
@@ -139,6 +152,7 @@ def run(params):
     if params.get("check_mode"):
         out["results"] = [{"job_id": dispatcher["job_id"], "path": path, "outcome": "would_move" if dispatcher["decision"] == "move"
                            else "would_stay", "reason": dispatcher["reason"]} for dispatcher in decisions]
+        _check_carry(out["results"], local, classes, dict((j.job_id, j.job_class) for j in snap.jobs), params)
         return out
     cloud = build_cloud(params["cloud"])
     stager = build_stager(params["storage"])

@@ -91,6 +91,13 @@ def test_a_job_needing_a_host_path_is_refused_before_any_hold(world, tmp_path):
         assert t.job("train-8") is None                      # nothing recorded, nothing held
     finally:
         t.close()
+    # check mode says so too, reading only
+    local = k8s_backend.K8sLocalQueue(onprem, namespace="carry-b")
+    results = [{"job_id": "train-8", "path": "policy", "outcome": "would_move", "reason": "queue full"}]
+    dispatch_run._check_carry(results, local, {"small-input": {"gpus": 1}}, {"train-8": "small-input"},
+                              params(world, tmp_path, "carry-b", "train-8"))
+    assert results[0]["outcome"] == "would_refuse" and "hostPath /mnt/models" in results[0]["reason"]
+    assert not onprem.get_job("carry-b", "train-8")["spec"].get("suspend")
 
 
 SHOW = ("JobId=%s JobName=user-name UserId=ana(1001) JobState=PENDING Reason=Priority TimeLimit=00:30:00 "
