@@ -122,6 +122,12 @@ def _check_carry(results, local, classes, class_of, params):
             r["outcome"], r["reason"] = "would_refuse", str(exc)
 
 
+def log_rewrites(tracker, job_id, result, spec, path):
+    """Every carry rewrite in the record of the attempt the dispatch started (later attempts run the same spec)."""
+    if result.get("attempt_id") and spec.get("rewrites") is not None:
+        tracker.log(job_id, result["attempt_id"], "carry", "rewritten", spec["rewrites"], path=path)
+
+
 def check_names(params):
     """Refuse unsafe job IDs and input/dataset names (remote.check_name) before anything runs."""
     try:
@@ -207,6 +213,7 @@ def run(params):
                 out["results"].append({"job_id": job_id, "path": path, "outcome": "refused", "reason": str(exc)})
                 continue
             res = dispatcher.dispatch(job_id, cls_name, spec=spec, inputs=inputs)
+            log_rewrites(tracker, job_id, res, spec, path)
             res["staging"] = dict(stager.last)
             out["results"].append(res)
         return out

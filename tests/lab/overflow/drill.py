@@ -51,7 +51,8 @@ from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow import ba
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow import cost as costmod  # noqa: E402
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow import drillstats, jobclass, trigger  # noqa: E402
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow import timemodel  # noqa: E402
-from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow.dispatch_run import cloud_spec  # noqa: E402
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow.dispatch_run import (  # noqa: E402
+    cloud_spec, log_rewrites)
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow.k8s_backend import (  # noqa: E402
     K8sCloudCluster, K8sLocalQueue, product_label, GPU_PRODUCT)
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow.protocol import Dispatcher  # noqa: E402
@@ -316,6 +317,7 @@ def run_scenario(env, cls, failure, run=1):
             notes.append("trigger did not move it: %s" % (decision and decision["reason"]))
         inject_before_dispatch(env, failure, job_id, restore)
         outcome = dispatcher.dispatch(job_id, cls, spec=spec, inputs=env.inputs[cls], image=env.images[cls])
+        log_rewrites(env.tracker, job_id, outcome, spec, path)
         notes.append("dispatch: %s (%s)" % (outcome["outcome"], outcome["reason"]))
         undo(restore)
         inject_after_dispatch(env, dispatcher, cls, failure, job_id, spec, marks, notes, restore)

@@ -151,3 +151,16 @@ def test_the_cloud_emulator_accepts_a_carried_slurm_job(world):
     assert cloud.submit("ovf-31", "31", "att-1", spec).outcome == backends.CREATED
     pod = cloud.kube.get_job("carry-s-c", "ovf-31")["spec"]["template"]["spec"]
     assert pod["activeDeadlineSeconds"] == 900 and pod["containers"][0]["image"] == "nvcr.io/nvidia/pytorch:24.05-py3"
+
+
+def test_rewrites_go_in_the_record_of_the_attempt(tmp_path):
+    t = Tracker(str(tmp_path / "t.db"))
+    try:
+        t.ensure_job("j1", "small-input", "operator", {})
+        t.start_attempt("j1", "a1")
+        rewrites = [{"field": "nodeSelector", "from": {"rack": "r1"}, "to": {"pool": "overflow"}, "why": "cloud pool"}]
+        dispatch_run.log_rewrites(t, "j1", {"attempt_id": "a1"}, {"rewrites": rewrites}, "operator")
+        entry = [e for e in t.trace("j1")["attempts"][0]["log"] if e["step"] == "carry"][0]
+        assert entry["result"] == "rewritten" and json.loads(entry["detail"]) == rewrites
+    finally:
+        t.close()
