@@ -265,22 +265,18 @@ class SlurmLocalQueue(backends.LocalQueue):
 
 
 def parse_read(text, mark):
-    """Split read_jobs output at its marks and parse each job's record and script."""
-    chunks, key = {}, None
-    for line in (text or "").split("\n"):
-        if line.startswith(mark + " "):
-            key = tuple(line[len(mark) + 1:].split(" ", 1))
-            chunks[key] = []
-        elif key is not None:
-            chunks[key].append(line)
+    """Split read_jobs output at its marks (a script need not end with a newline) and parse each
+    job's record and script."""
+    parts = re.split(re.escape(mark) + r" (job|script) ([0-9_]+)\n", text or "")
+    chunks = dict(((parts[i], parts[i + 1]), parts[i + 2]) for i in range(1, len(parts) - 2, 3))
     out = {}
-    for (kind, sid), lines in chunks.items():
+    for (kind, sid), body in chunks.items():
         if kind != "job":
             continue
-        parsed = slurm.parse_scontrol_jobs("\n".join(lines))
+        parsed = slurm.parse_scontrol_jobs(body)
         if not parsed["jobs"] or parsed["jobs"][0]["job_id"] != sid:
             continue
-        script = "\n".join(chunks.get(("script", sid)) or [])
+        script = chunks.get(("script", sid)) or ""
         if not script.strip():
             continue
         out[sid] = {"request": slurm_job.job_request(parsed["jobs"][0]), "script": slurm_job.parse_batch_script(script)}

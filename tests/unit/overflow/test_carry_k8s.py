@@ -113,8 +113,9 @@ def test_slurm_jobs_are_read_in_one_round_trip(monkeypatch):
         mark = script.split("echo ")[1].split(" job ")[0].strip("'")
         out = ""
         for sid in ("11", "12"):
-            out += "%s job %s\n%s\n%s script %s\n#!/bin/bash\n#SBATCH --container-image=img:%s\necho %s\n" % (
-                mark, sid, SHOW % (sid, sid), mark, sid, sid, sid)
+            # job 11's script has no newline at its end: the next mark follows on the same line
+            out += "%s job %s\n%s\n%s script %s\n#!/bin/bash\n#SBATCH --container-image=img:%s\necho %s%s" % (
+                mark, sid, SHOW % (sid, sid), mark, sid, sid, sid, "" if sid == "11" else "\n")
         out += "%s job 13\n%s script 13\n" % (mark, mark)        # unknown to Slurm: no record, no script
         return subprocess.CompletedProcess(cmd, 0, out, "")
     monkeypatch.setattr(slurm_backend.subprocess, "run", fake_run)
@@ -124,6 +125,8 @@ def test_slurm_jobs_are_read_in_one_round_trip(monkeypatch):
     assert sorted(got) == ["11", "12"]
     assert got["12"]["request"]["workdir"] == "/home/ana/w12" and got["12"]["request"]["time_limit_s"] == 1800
     assert got["12"]["request"]["mem_mb"] == 1024 and got["11"]["script"]["container_image"] == "img:11"
+    assert got["11"]["script"]["body"] == "#!/bin/bash\n#SBATCH --container-image=img:11\necho 11"
+    assert got["12"]["script"]["body"].endswith("echo 12\n")
     with pytest.raises(slurm_backend.SlurmError, match="not a Slurm job ID"):
         q.read_jobs(["user-name"])
 
