@@ -40,7 +40,8 @@ options:
     default: dispatch
   jobs:
     description:
-      - Job IDs for the operator path and for C(return_to_local).
+      - Job IDs for the operator path and for C(return_to_local), each the Job name on a Kubernetes local queue
+        or Slurm's numeric job ID on a Slurm local queue.
       - Each must match C([A-Za-z0-9][A-Za-z0-9._-]{0,127}) and hold no C(..); anything else is refused before any command runs.
     type: list
     elements: str
@@ -182,31 +183,80 @@ options:
             (C(StrictHostKeyChecking=yes)); without this file, against the user's own known_hosts files.
         type: path
   job_template:
-    description: The cloud Job made for a moved job. Unknown keys are refused.
+    description:
+      - How a moved job's cloud Job is made from the queued job. A Kubernetes Job's pod template is copied and only
+        the cloud pool, image registry and staged input volumes are rewritten; a Slurm job's batch script runs with
+        its own TRES in the image of its C(#SBATCH --container-image) line or O(job_template.image).
+      - The job's main command runs inside the collection's upload step (C(python3) must be in the image), which pulls
+        the staged inputs first and uploads the declared outputs with a sha256 manifest when the command ends.
+      - A job that needs anything on-prem that cannot be mapped is refused before it is held. Unknown keys are refused.
     type: dict
     required: true
     suboptions:
-      command:
-        description:
-          - The command (C({job_id}) is replaced, a C({shared}) item expands to C(--shared NAME) per shared input).
-        type: list
-        elements: str
       image:
-        description: Container image of the cloud Job.
+        description: Image for a Slurm job whose script names none (C(#SBATCH --container-image)).
         type: str
-      env:
-        description: Environment of the cloud Job (put secrets in a Kubernetes Secret, not here).
-        type: dict
       node_selector:
-        description: Node selector of the cloud Job.
+        description: Node selector of the cloud pool (replaces the job's own).
         type: dict
+      tolerations:
+        description: Tolerations of the cloud pool (replace the job's own).
+        type: list
+        elements: dict
       request_gpus:
-        description: Request the class's GPUs for the cloud Job.
+        description: Give a Slurm job without C(gres/gpu) in its TRES the class's GPU count.
         type: bool
         default: true
       cloud_gpu_type:
-        description: GPU type the cloud pool offers, when it differs from the class's.
+        description: GPU product label value the cloud pool offers, when it differs from the job's.
         type: str
+      registry_map:
+        description: Image reference prefix on-prem to its prefix for the cloud (longest prefix wins).
+        type: dict
+      onprem_registries:
+        description: Registry prefixes only the site can reach; an image from one with no O(job_template.registry_map) entry is refused.
+        type: list
+        elements: str
+      onprem_services:
+        description: Names of on-prem services; a job whose env names one (or any C(.svc) name) is refused.
+        type: list
+        elements: str
+      staged_claims:
+        description: PVC names that hold a job's inputs; they become an emptyDir filled with the staged inputs. Any other PVC is refused.
+        type: list
+        elements: str
+      inputs_dir:
+        description: Where the staged inputs go when no staged volume names a mount path (relative to the working directory).
+        type: str
+      outputs:
+        description:
+          - Output paths uploaded when the job ends (relative to its working directory, or absolute).
+          - A Kubernetes Job may name its own in the annotation C(hybridgpu.io/overflow-outputs) (comma-separated).
+        type: list
+        elements: str
+      upload:
+        description: Cloud storage as the cloud nodes reach it, for the upload step.
+        type: dict
+        suboptions:
+          host:
+            description: Storage host.
+            type: str
+            required: true
+          ssh_key:
+            description: SSH key path on the cloud nodes.
+            type: str
+            required: true
+          root:
+            description: Storage root (the stager's remote root).
+            type: str
+            required: true
+          user:
+            description: SSH user.
+            type: str
+            default: root
+          known_hosts:
+            description: known_hosts path on the cloud nodes; without it the first key a run sees is kept for that run.
+            type: str
   inputs:
     description:
       - Inputs per job class, each a list of C(name), C(path) (file on the controller), C(shared).
@@ -255,7 +305,12 @@ EXAMPLES = r"""
     cloud: {kubeconfig: ~/.kube/config, context: cloud, namespace: overflow}
     storage: {host: 10.128.8.30, ssh_key: ~/.ssh/id_ed25519, known_hosts: /etc/overflow/known_hosts,
               onprem_root: /srv/overflow/results}
-    job_template: {command: [python3, /opt/job.py, "{shared}"]}
+    job_template:
+      node_selector: {pool: overflow}
+      registry_map: {"registry.site.example/": "registry.cloud.example/site/"}
+      staged_claims: [training-inputs]
+      outputs: [output]
+      upload: {host: storage.cloud.example, ssh_key: /etc/overflow/storage_key, root: /srv/cloud-storage}
   register: pass_result
 """
 
@@ -316,13 +371,26 @@ STORAGE_OPTIONS = dict(
     onprem_root=dict(type="path"),
     remote_root=dict(type="str"),
 )
+UPLOAD_OPTIONS = dict(
+    host=dict(type="str", required=True),
+    ssh_key=dict(type="str", required=True, no_log=False),
+    root=dict(type="str", required=True),
+    user=dict(type="str", default="root"),
+    known_hosts=dict(type="str"),
+)
 JOB_TEMPLATE_OPTIONS = dict(
-    command=dict(type="list", elements="str"),
     image=dict(type="str"),
-    env=dict(type="dict"),
     node_selector=dict(type="dict"),
+    tolerations=dict(type="list", elements="dict"),
     request_gpus=dict(type="bool", default=True),
     cloud_gpu_type=dict(type="str"),
+    registry_map=dict(type="dict"),
+    onprem_registries=dict(type="list", elements="str"),
+    onprem_services=dict(type="list", elements="str"),
+    staged_claims=dict(type="list", elements="str"),
+    inputs_dir=dict(type="str"),
+    outputs=dict(type="list", elements="str"),
+    upload=dict(type="dict", options=UPLOAD_OPTIONS),
 )
 FAULT_OPTIONS = dict(
     interrupt_transfers=dict(type="int", default=0),

@@ -50,23 +50,22 @@ def test_slurm_hold_release_withdraw_and_started(overflow_lab):
     tag = "%x" % int(time.time() * 10 % 0xFFFFFF)
     blocker, job = "it-blk-" + tag, "it-job-" + tag
     try:
-        q.enqueue(blocker, "site-batch", "sleep 120", cpus=4)
-        q.enqueue(job, "small-input", "sleep 5")
+        blocker_id = q.enqueue(blocker, "site-batch", "sleep 120", cpus=4)
+        job_id = q.enqueue(job, "small-input", "sleep 5")        # the job ID is Slurm's, not the name
         time.sleep(1.5)
-        assert q.state(job) == b.Q_QUEUED
-        slurm_id = q._find(job)["slurm_id"]
-        assert q.hold(job) == b.HELD and q.state(job) == b.Q_HELD
-        assert q.hold(job) == b.HELD
-        row = q._find(job)
-        assert row["slurm_id"] == slurm_id and row["reason"] == "JobHeldAdmin"
-        assert q.release(job) and q.state(job) == b.Q_QUEUED
-        assert q.hold(blocker) == b.ALREADY_STARTED          # Slurm refuses to hold a running job
-        assert q.hold(job) == b.HELD and q.withdraw(job) and q.state(job) == b.Q_WITHDRAWN
-        assert q.hold(job) == b.GONE and q.hold("it-none-" + tag) == b.GONE
+        assert q.state(job_id) == b.Q_QUEUED and q.state(job) == b.Q_GONE
+        assert q.hold(job_id) == b.HELD and q.state(job_id) == b.Q_HELD
+        assert q.hold(job_id) == b.HELD
+        row = q._find(job_id)
+        assert row["slurm_id"] == job_id and row["reason"] == "JobHeldAdmin"
+        assert q.release(job_id) and q.state(job_id) == b.Q_QUEUED
+        assert q.hold(blocker_id) == b.ALREADY_STARTED          # Slurm refuses to hold a running job
+        assert q.hold(job_id) == b.HELD and q.withdraw(job_id) and q.state(job_id) == b.Q_WITHDRAWN
+        assert q.hold(job_id) == b.GONE and q.hold("999999999") == b.GONE
         before = q.round_trips
         snap = q.snapshot(total_gpus={drill.A100: 8})
         assert q.round_trips == before + 1                     # squeue + sprio in one round trip
-        assert [j.job_id for j in snap.jobs if j.state == "running"] == [blocker]
+        assert [j.job_id for j in snap.jobs if j.state == "running"] == [blocker_id]
     finally:
         q.run("scancel -n %s; scancel -n %s" % (blocker, job), check=False)
 
@@ -184,15 +183,16 @@ def test_operator_playbook_moves_a_slurm_job(overflow_lab, tmp_path):
     blocker, job = "pb-blk-" + tag, "pb-small-" + tag
     try:
         q.enqueue(blocker, "site-batch", "sleep 300", cpus=4)
-        q.enqueue(job, "small-input", "sleep 5")
+        # the user's own batch script; the playbook moves it by Slurm's job ID
+        job_id = drill.userjobs.submit_slurm(q, job, "cloud-small", drill.userjobs.slurm_script())
         time.sleep(1.5)
         env = dict(os.environ, PATH=os.path.join(ROOT, ".venv", "bin") + os.pathsep + os.environ["PATH"],
                    ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"))
-        extra = {"overflow_jobs": [job], "overflow_records": str(tmp_path), "overflow_wait_s": 120}
+        extra = {"overflow_jobs": [job_id], "overflow_records": str(tmp_path), "overflow_wait_s": 120}
         res = subprocess.run(["ansible-playbook", "playbooks/overflow_move.yml", "-e", json.dumps(extra)],
                              cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=False)
         assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-2000:]
         assert "state: finished" in res.stdout and "path: operator" in res.stdout
-        assert q.state(job) == b.Q_WITHDRAWN
+        assert q.state(job_id) == b.Q_WITHDRAWN
     finally:
         q.run("scancel -n %s; scancel -n %s" % (blocker, job), check=False)

@@ -45,9 +45,12 @@ def world(monkeypatch, tmp_path):
     monkeypatch.setattr(dispatch_run, "build_local", lambda opts, classes: local)
     monkeypatch.setattr(dispatch_run, "build_cloud", lambda opts: cloud)
     monkeypatch.setattr(dispatch_run, "build_stager", lambda opts: stager)
+    # the in-memory queue holds no job bodies to carry: every job becomes the same small cloud Job
+    monkeypatch.setattr(dispatch_run, "cloud_spec", lambda job_id, *args: {
+        "pod_spec": {"containers": [{"name": "job", "command": ["run", job_id]}]}, "rewrites": []})
     params = {"path": "operator", "action": "dispatch", "actor": "ops", "tracker_db": str(tmp_path / "t.db"),
               "job_classes": JOB_CLASSES, "local_queue": {"kind": "kubernetes"}, "cloud": {}, "storage": {},
-              "job_template": {"command": ["run", "{job_id}"]}, "inputs": {}, "faults": None, "check_mode": False}
+              "job_template": {"outputs": ["output"]}, "inputs": {}, "faults": None, "check_mode": False}
     return params, local, cloud
 
 

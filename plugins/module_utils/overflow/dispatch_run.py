@@ -12,7 +12,7 @@ carries the path that produced it.
 from __future__ import annotations
 
 from ..common import k8s
-from . import jobclass, trigger
+from . import carry, jobclass, trigger
 from .remote import UnsafeName, check_name
 from .k8s_backend import K8sCloudCluster, K8sLocalQueue
 from .protocol import ACTIVE_STATES, J_FINISHED, Dispatcher
@@ -70,21 +70,62 @@ def apply_faults(stager, faults):
     stager.fail_return_next = int(faults.get("failed_returns", 0))
 
 
-def cloud_spec(job_id, cls, template, inputs=()):
-    """The cloud Job spec for one job: the template's command with `{job_id}` filled in and a
-    `{shared}` item expanded to `--shared <name>` for each shared input."""
-    tpl = template or {}
-    command = []
-    for c in tpl.get("command") or ["true"]:
-        if c == "{shared}":
-            for it in inputs:
-                if it.get("shared"):
-                    command += ["--shared", it["name"]]
+def _claim_classes(kube, namespace, job):
+    """Storage class of each PVC the queued Job mounts (None where the claim cannot be read)."""
+    out = {}
+    pod = ((job.get("spec") or {}).get("template") or {}).get("spec") or {}
+    for vol in pod.get("volumes") or []:
+        claim = (vol.get("persistentVolumeClaim") or {}).get("claimName")
+        if not claim:
             continue
-        command.append(str(c).replace("{job_id}", job_id))
-    return {"command": command, "gpus": int(cls.get("gpus", 1)) if tpl.get("request_gpus", True) else 0,
-            "image": tpl.get("image"), "env": tpl.get("env") or {}, "node_selector": tpl.get("node_selector"),
-            "cloud_gpu_type": tpl.get("cloud_gpu_type")}
+        try:
+            got = kube.call_or_none("read PVC %s/%s" % (namespace, claim),
+                                    kube.core.read_namespaced_persistent_volume_claim, claim, namespace)
+        except k8s.K8sError:
+            got = None
+        out[claim] = ((got or {}).get("spec") or {}).get("storageClassName")
+    return out
+
+
+def cloud_spec(job_id, cls, template, inputs=(), local=None, slurm_read=None):
+    """The cloud Job for one queued job, carried from the job itself (carry.py): the queued
+    Kubernetes Job's pod template, or the Slurm job's batch script and TRES (`slurm_read`: one
+    entry of SlurmLocalQueue.read_jobs). Raises carry.CarryRefused when the job cannot move."""
+    tpl = template or {}
+    if isinstance(local, K8sLocalQueue):
+        job = local.kube.get_job(local.ns, job_id)
+        if job is None:
+            raise carry.CarryRefused(job_id, ["to be in the local queue (no Job %s/%s)" % (local.ns, job_id)])
+        pod, rewrites = carry.k8s_pod_spec(job_id, job, tpl, inputs, _claim_classes(local.kube, local.ns, job))
+    else:
+        if not slurm_read:
+            raise carry.CarryRefused(job_id, ["its batch script and TRES (scontrol knows no job %s)" % job_id])
+        req = dict(slurm_read["request"])
+        if not req.get("gpus") and tpl.get("request_gpus", True):
+            req["gpus"] = int(cls.get("gpus", 1))
+        pod, rewrites = carry.slurm_pod_spec(job_id, req, slurm_read["script"], tpl, inputs)
+        if not slurm_read["request"].get("gpus") and req.get("gpus"):
+            rewrites.append({"field": "gpus", "from": 0, "to": req["gpus"], "why": "no gres/gpu in the job: the class's"})
+    return {"pod_spec": pod, "rewrites": rewrites}
+
+
+def _check_carry(results, local, classes, class_of, params):
+    """Check mode: a job that would move but cannot be carried is reported as would_refuse (reads only)."""
+    movers = [r for r in results if r["outcome"] == "would_move"]
+    reads = local.read_jobs([r["job_id"] for r in movers]) if isinstance(local, SlurmLocalQueue) and movers else {}
+    for r in movers:
+        cls_name = class_of.get(r["job_id"])
+        try:
+            cloud_spec(r["job_id"], classes.get(cls_name) or {}, params.get("job_template"),
+                       (params.get("inputs") or {}).get(cls_name) or [], local, reads.get(r["job_id"]))
+        except (carry.CarryRefused, ValueError) as exc:
+            r["outcome"], r["reason"] = "would_refuse", str(exc)
+
+
+def log_rewrites(tracker, job_id, result, spec, path):
+    """Every carry rewrite in the record of the attempt the dispatch started (later attempts run the same spec)."""
+    if result.get("attempt_id") and spec.get("rewrites") is not None:
+        tracker.log(job_id, result["attempt_id"], "carry", "rewritten", spec["rewrites"], path=path)
 
 
 def check_names(params):
@@ -117,6 +158,7 @@ def run(params):
     if params.get("check_mode"):
         out["results"] = [{"job_id": dispatcher["job_id"], "path": path, "outcome": "would_move" if dispatcher["decision"] == "move"
                            else "would_stay", "reason": dispatcher["reason"]} for dispatcher in decisions]
+        _check_carry(out["results"], local, classes, dict((j.job_id, j.job_class) for j in snap.jobs), params)
         return out
     cloud = build_cloud(params["cloud"])
     stager = build_stager(params["storage"])
@@ -143,6 +185,8 @@ def run(params):
                     out["results"].append(dispatcher.step(job["job_id"]))
         if action == "step":
             return out
+        # the Slurm jobs' TRES and batch scripts, for every chosen job in one SSH round trip
+        slurm_read = local.read_jobs([j for j in chosen if j in by_id]) if isinstance(local, SlurmLocalQueue) else {}
         for job_id in chosen:
             q = by_id.get(job_id)
             cls_name = q.job_class if q else None
@@ -162,8 +206,14 @@ def run(params):
                 out["results"].append(dispatcher.step(job_id))
                 continue
             inputs = (params.get("inputs") or {}).get(cls_name) or []
-            spec = cloud_spec(job_id, cls, params.get("job_template"), inputs)
+            try:
+                spec = cloud_spec(job_id, cls, params.get("job_template"), inputs, local, slurm_read.get(job_id))
+            except (carry.CarryRefused, ValueError) as exc:
+                # refused before any hold: the local entry is untouched
+                out["results"].append({"job_id": job_id, "path": path, "outcome": "refused", "reason": str(exc)})
+                continue
             res = dispatcher.dispatch(job_id, cls_name, spec=spec, inputs=inputs)
+            log_rewrites(tracker, job_id, res, spec, path)
             res["staging"] = dict(stager.last)
             out["results"].append(res)
         return out

@@ -18,10 +18,14 @@ out and LinkDown when it never did (K8sError.request_sent). 409 AlreadyExists is
 from __future__ import annotations
 
 import calendar
+import copy
+import json
 import time
 
 from ..common import k8s
 from . import backends
+from .jobbody import (GPU, GPU_PRODUCT, GPU_TYPE_ANNOTATION, REWRITES_ANNOTATION,  # noqa: F401 (names other modules read here)
+                      build_job, job_body, product_label)
 from .protocol import ANNOTATION_JOB_ID, LABEL_ATTEMPT, LABEL_JOB, cloud_job_name
 from .trigger import QueueJob, QueueSnapshot
 
@@ -29,10 +33,7 @@ HOLD_ANNOTATION = "hybridgpu.io/overflow-hold"
 WITHDRAWN_ANNOTATION = "hybridgpu.io/overflow-withdrawn"
 CLASS_LABEL = "hybridgpu.io/job-class"
 DEADLINE_ANNOTATION = "hybridgpu.io/deadline"
-GPU_PRODUCT = "nvidia.com/gpu.product"
-GPU = "nvidia.com/gpu"
-GPU_TYPE_ANNOTATION = "hybridgpu.io/gpu-type"
-# The line a cloud job prints once its output is in cloud storage.
+# The line the upload step (upload_step.py) prints once the job's output is in cloud storage.
 OUTPUT_MARK = "OVF_OUTPUT"
 
 
@@ -67,43 +68,12 @@ def _job_gpus(job):
     return total
 
 
-def product_label(gpu_type):
-    """GPU type as a label value, the way GPU feature discovery writes it (spaces become dashes)."""
-    return gpu_type.replace(" ", "-") if gpu_type else gpu_type
-
-
 def _job_gpu_type(job):
     ann = job["metadata"].get("annotations") or {}
     if ann.get(GPU_TYPE_ANNOTATION):
         return ann[GPU_TYPE_ANNOTATION]
     pod_spec = ((job.get("spec") or {}).get("template") or {}).get("spec") or {}
     return (pod_spec.get("nodeSelector") or {}).get(GPU_PRODUCT)
-
-
-def build_job(name, namespace, command, gpus=0, gpu_type=None, image="localhost/overflow-job:1", env=None,
-              labels=None, annotations=None, node_selector=None, tolerations=None, suspend=False,
-              backoff_limit=0):
-    """A batch/v1 Job body with one container (the lab's node agent runs `command` as a process)."""
-    selector = dict(node_selector or {})
-    annotations = dict(annotations or {})
-    if gpu_type:
-        selector[GPU_PRODUCT] = product_label(gpu_type)
-        annotations[GPU_TYPE_ANNOTATION] = gpu_type
-    container = {"name": "job", "image": image, "command": list(command),
-                 "env": [{"name": k, "value": str(v)} for k, v in sorted((env or {}).items())]}
-    if gpus:
-        container["resources"] = {"limits": {GPU: str(gpus)}, "requests": {GPU: str(gpus)}}
-    pod_spec = {"restartPolicy": "Never", "containers": [container]}
-    if selector:
-        pod_spec["nodeSelector"] = selector
-    if tolerations:
-        pod_spec["tolerations"] = list(tolerations)
-    meta = {"name": name, "namespace": namespace, "labels": dict(labels or {})}
-    if annotations:
-        meta["annotations"] = dict(annotations)
-    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": meta,
-            "spec": {"suspend": bool(suspend), "backoffLimit": backoff_limit,
-                     "template": {"metadata": {"labels": dict(labels or {})}, "spec": pod_spec}}}
 
 
 class K8sLocalQueue(backends.LocalQueue):
@@ -274,10 +244,20 @@ class K8sCloudCluster(backends.CloudCluster):
         raise err
 
     def body(self, name, job_id, attempt_id, spec):
+        """The cloud Job: spec["pod_spec"] (the carried job, carry.py) with the job and attempt IDs
+        in every container's env and the carry rewrites in an annotation; else one container
+        from spec["command"]."""
         env = dict(spec.get("env") or {})
         env.update({"OVF_JOB_ID": job_id, "OVF_ATTEMPT_ID": attempt_id})
         ann = dict(spec.get("annotations") or {})
         ann[ANNOTATION_JOB_ID] = job_id
+        if spec.get("pod_spec"):
+            pod = copy.deepcopy(spec["pod_spec"])
+            for c in pod.get("containers") or []:
+                c["env"] = [e for e in c.get("env") or [] if e.get("name") not in env] + \
+                    [{"name": k, "value": str(v)} for k, v in sorted(env.items())]
+            ann[REWRITES_ANNOTATION] = json.dumps(spec.get("rewrites") or [], sort_keys=True)
+            return job_body(name, self.ns, pod, spec.get("labels"), ann, backoff_limit=0)
         return build_job(name, self.ns, spec.get("command") or ["true"], gpus=spec.get("gpus", 0),
                          gpu_type=spec.get("cloud_gpu_type"), image=spec.get("image") or "localhost/overflow-job:1",
                          env=env, labels=spec.get("labels"), annotations=ann,

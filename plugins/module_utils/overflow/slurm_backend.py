@@ -3,15 +3,17 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Overflow local queue on a real Slurm, driven over SSH on the Slurm controller.
 
-The overflow job ID is the Slurm job name (`sbatch -J`); the numeric Slurm job ID never changes
-through hold and release, so both stay stable. A job whose name is not a safe name (remote.check_name)
-is not an overflow candidate. The job class comes from facts the site sets, never from the user:
+The overflow job ID is Slurm's numeric job ID, which never changes through hold and release; the
+job name is the user's and identifies nothing. The job class comes from facts the site sets, never from the user:
 the job's partition, QOS and account, matched against the `slurm` block of each class in the job
 classes file (jobclass.slurm_class). The Comment carries only the collection's own markers: holding
 appends `ovf-hold=<epoch>` so our holds are told apart from holds someone else placed.
 - hold: `scontrol hold` (refused by Slurm once the job runs: ALREADY_STARTED), then the marker.
 - release: `scontrol release`, marker removed.
 - withdraw: marker `ovf-withdrawn=<epoch>`, then `scancel` (the job finished in the cloud).
+- read_jobs: one SSH round trip for a batch of jobs runs `scontrol show job -o` and
+  `scontrol write batch_script <id> -` for each; parsed by module_utils/parsers/slurm_job.py
+  into the job's TRES, working directory and batch script (what carry.slurm_pod_spec runs).
 - queue wait: one SSH round trip per poll runs `squeue -O ...` (every job, all states) and
   `sprio`, both parsed by module_utils/parsers/slurm.py; squeue's StartTime is the scheduler's own
   start estimate (ignored when Slurm only parks it a year ahead).
@@ -21,15 +23,16 @@ from __future__ import annotations
 import calendar
 import os
 import re
+import secrets
 import shlex
 import subprocess
 import tempfile
 import time
 
-from ..parsers import slurm
+from ..parsers import slurm, slurm_job
 from . import backends
 from . import jobclass
-from .remote import UnsafeName, check_name, command, is_safe, ssh_options
+from .remote import UnsafeName, check_name, command, ssh_options
 from .trigger import QueueJob, QueueSnapshot
 
 SQUEUE_FIELDS = ["JobID", "Name", "State", "Reason", "SubmitTime", "StartTime", "Comment", "NumCPUs",
@@ -120,10 +123,28 @@ class SlurmLocalQueue(backends.LocalQueue):
         return rows
 
     def _find(self, job_id, rows=None):
-        """The newest Slurm job carrying this name (None when Slurm has no such job)."""
+        """The Slurm job with this job ID (None when Slurm has no such job)."""
         rows = self.jobs() if rows is None else rows
-        mine = [r for r in rows if r["name"] == job_id]
+        mine = [r for r in rows if r["slurm_id"] == str(job_id)]
         return mine[-1] if mine else None
+
+    def read_jobs(self, job_ids):
+        """{job ID: {"request": slurm_job.job_request, "script": slurm_job.parse_batch_script}} for
+        each job, in one SSH round trip; a job Slurm does not know is left out."""
+        ids = [str(j) for j in job_ids]
+        for sid in ids:
+            if not re.fullmatch(r"[0-9]+(_[0-9]+)?", sid):
+                raise SlurmError("not a Slurm job ID: %r" % sid)
+        if not ids:
+            return {}
+        mark = "--- ovf-%s" % secrets.token_hex(8)
+        parts = []
+        for sid in ids:
+            parts.append("echo %s; %s 2>/dev/null; echo %s; %s 2>/dev/null" % (
+                shlex.quote("%s job %s" % (mark, sid)), command("scontrol", "show", "job", "-o", sid),
+                shlex.quote("%s script %s" % (mark, sid)), command("scontrol", "write", "batch_script", sid, "-")))
+        dummy, out, dummy = self.run("; ".join(parts) + "; true")
+        return parse_read(out, mark)
 
     @staticmethod
     def _state_of(row):
@@ -223,8 +244,8 @@ class SlurmLocalQueue(backends.LocalQueue):
         jobs = []
         used = {}
         for r in rows:
-            # the class comes from partition/QOS/account (site facts); a job with an unsafe name has none
-            cls_name = jobclass.slurm_class(self.classes, r["partition"], r["qos"], r["account"]) if is_safe(r["name"]) else None
+            # the class comes from partition/QOS/account (site facts)
+            cls_name = jobclass.slurm_class(self.classes, r["partition"], r["qos"], r["account"])
             cls = self.classes.get(cls_name, {})
             st = self._state_of(r)
             gpus, gtype = int(cls.get("gpus", 1)), cls.get("gpu_type")
@@ -234,10 +255,29 @@ class SlurmLocalQueue(backends.LocalQueue):
                 continue
             start = r["start"] if r["start"] and r["start"] - now < FAR else None
             state = {backends.Q_QUEUED: "pending", backends.Q_HELD: "held", backends.Q_RUNNING: "running"}[st]
-            jobs.append(QueueJob(r["name"], cls_name, r["submit"] or now, state, gpus, gtype,
+            jobs.append(QueueJob(r["slurm_id"], cls_name, r["submit"] or now, state, gpus, gtype,
                                  expected_start=start if state == "pending" else None))
         total = dict(total_gpus or {})
         free = dict((t, max(0, n - used.get(t, 0))) for t, n in total.items())
         snap = QueueSnapshot(now, jobs, free, total)
-        snap.priorities = dict((r["name"], prio.get(r["slurm_id"])) for r in rows if r["slurm_id"] in prio)
+        snap.priorities = dict((r["slurm_id"], prio.get(r["slurm_id"])) for r in rows if r["slurm_id"] in prio)
         return snap
+
+
+def parse_read(text, mark):
+    """Split read_jobs output at its marks (a script need not end with a newline) and parse each
+    job's record and script."""
+    parts = re.split(re.escape(mark) + r" (job|script) ([0-9_]+)\n", text or "")
+    chunks = dict(((parts[i], parts[i + 1]), parts[i + 2]) for i in range(1, len(parts) - 2, 3))
+    out = {}
+    for (kind, sid), body in chunks.items():
+        if kind != "job":
+            continue
+        parsed = slurm.parse_scontrol_jobs(body)
+        if not parsed["jobs"] or parsed["jobs"][0]["job_id"] != sid:
+            continue
+        script = chunks.get(("script", sid)) or ""
+        if not script.strip():
+            continue
+        out[sid] = {"request": slurm_job.job_request(parsed["jobs"][0]), "script": slurm_job.parse_batch_script(script)}
+    return out

@@ -5,9 +5,11 @@
              [--failure NAME ...] [--min-runs 4] [--max-runs 8] [--no-spread] [--no-checkpoint]
 
 For each backend, each movable class and each failure, one job goes through the real path:
-local queue entry (Slurm on site-sched or a Job on the onprem emulator) -> held -> inputs staged
-to cloud-storage over rsync -> Job on the cloud emulator run by a real node agent -> results
-rsynced back on-prem -> verified -> one commit in the SQLite tracker. The failure is injected
+local queue entry as its user wrote it (a batch script on Slurm on site-sched, or a Job on the
+onprem emulator; userjobs.py) -> held -> inputs staged to cloud-storage over rsync -> the carried
+job on the cloud emulator, run by a real node agent inside the collection's upload step ->
+outputs with their manifest rsynced back on-prem -> verified -> one commit in the SQLite tracker;
+clean runs compare the output with a local reference run of the same job. The failure is injected
 once; the job is driven to a final state; its trace is read back and compared with the target.
 The restricted class is the control: it must be refused on both paths, even with the queue full.
 Clean runs repeat per class until the spread of transfer and queue times settles
@@ -36,6 +38,8 @@ for p in (LAB_SRC, HERE, os.path.join(ROOT, ".collections")):
 
 import yaml  # noqa: E402
 
+import userjobs  # noqa: E402
+
 from lablib import config  # noqa: E402
 from linkproxy import LinkProxy  # noqa: E402
 
@@ -47,7 +51,8 @@ from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow import ba
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow import cost as costmod  # noqa: E402
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow import drillstats, jobclass, trigger  # noqa: E402
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow import timemodel  # noqa: E402
-from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow.dispatch_run import cloud_spec  # noqa: E402
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow.dispatch_run import (  # noqa: E402
+    cloud_spec, log_rewrites)
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow.k8s_backend import (  # noqa: E402
     K8sCloudCluster, K8sLocalQueue, product_label, GPU_PRODUCT)
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow.protocol import Dispatcher  # noqa: E402
@@ -56,7 +61,7 @@ from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow.slurm_bac
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow.tracker import Tracker  # noqa: E402
 
 CLASSES_FILE = os.path.join(HERE, "job_classes.yml")
-JOB_SCRIPT = os.path.join(HERE, "ovfjob.py")
+JOB_SCRIPT = userjobs.JOB_SCRIPT
 SLURM_HOST = "10.213.77.5"
 STORAGE_HOST = "10.213.77.30"
 REMOTE_ROOT = "/srv/cloud-storage/drill"
@@ -193,26 +198,29 @@ class Env(object):
     def fill_site(self):
         """A long site-batch job takes every local GPU, so the queue is full (the trigger's input)."""
         name = "site-batch-%s" % self.tag
-        if self.local.state(name) in (backends.Q_RUNNING, backends.Q_QUEUED):
+        if getattr(self, "blocker", None) and self.local.state(self.blocker) in (backends.Q_RUNNING, backends.Q_QUEUED):
             return
         if self.backend == "slurm":
-            self.local.enqueue(name, "site-batch", "sleep 3600", cpus=4)
+            self.blocker = self.local.enqueue(name, "site-batch", "sleep 3600", cpus=4)
         else:
             self.local.enqueue(name, "site-batch", ["sleep", "3600"], gpus=8, gpu_type=A100)
-        self.blocker = name
+            self.blocker = name
 
-    def enqueue(self, job_id, cls):
+    def enqueue(self, name, cls, **train):
+        """Submit the user's job (userjobs.py); returns its job ID (Slurm's numeric ID, or the Job name)."""
         if self.backend == "slurm":
-            self.local.enqueue(job_id, cls, "sleep 15", cpus=1)
-        else:
-            self.local.enqueue(job_id, cls, ["sleep", "15"], gpus=self.classes[cls]["gpus"], gpu_type=A100)
+            return userjobs.submit_slurm(self.local, name, self.classes[cls]["slurm"]["partition"],
+                                         userjobs.slurm_script(**train))
+        self.onprem.create_job(self.local.ns, userjobs.k8s_job(name, cls, self.classes[cls]["gpus"], A100, POOL, TOL,
+                                                               **train))
+        return name
 
     def snapshot(self):
         return self.local.snapshot(total_gpus={A100: 8})
 
     def cleanup_local(self, job_id):
         if self.backend == "slurm":
-            self.local.run("scancel -n %s" % shlex.quote(job_id), check=False)
+            self.local.run("scancel %s" % shlex.quote(job_id), check=False)
         else:
             self.onprem.delete_job(self.local.ns, job_id)
 
@@ -230,10 +238,13 @@ class Env(object):
         return Dispatcher(self.local, self.cloud, self.stager, self.tracker, path, actor="drill-" + path,
                           max_attempts=3)
 
-    def template(self, pace=0.0, extra=()):
-        cmd = ["python3", "-c", open(JOB_SCRIPT).read(), "cloud", "--storage", STORAGE_HOST, "--root", REMOTE_ROOT,
-               "--steps", "60", "--pace", str(pace)] + list(extra) + ["{shared}"]
-        return {"command": cmd}
+    def template(self):
+        return userjobs.job_template(STORAGE_HOST, REMOTE_ROOT)
+
+    def cloud_spec(self, job_id, cls):
+        """The carried job, as the overflow pass makes it (refused jobs raise carry.CarryRefused)."""
+        read = self.local.read_jobs([job_id]).get(job_id) if self.backend == "slurm" else None
+        return cloud_spec(job_id, self.classes[cls], self.template(), self.inputs[cls], self.local, read)
 
 
 def wait(what, probe, timeout, interval=0.5):
@@ -286,16 +297,17 @@ def cloud_node_of(env, job_id):
 
 def run_scenario(env, cls, failure, run=1):
     """One job through the path with one injected failure. Returns the scenario record."""
-    job_id = "dr-%s-%s-%s-%s-%d" % (env.tag, env.backend[:2], cls.split("-")[0], failure.replace("_", "")[:12], run)
-    job_id = job_id[:60]
+    name = "dr-%s-%s-%s-%s-%d" % (env.tag, env.backend[:2], cls.split("-")[0], failure.replace("_", "")[:12], run)
+    name = name[:60]
     marks = {}
     notes = []
     path = "operator" if failure == "operator_returns_job" else "policy"
     dispatcher = env.dispatcher(path)
-    env.enqueue(job_id, cls)
+    # a slower run where the drill acts while the job runs (locally too: Slurm must see it running)
+    pace = 0.5 if failure in ("cloud_node_lost", "operator_returns_job", "local_gpus_free") else 0.0
+    job_id = env.enqueue(name, cls, pace=pace)
     marks["started waiting"] = time.time()
-    pace = 0.5 if failure in ("cloud_node_lost", "operator_returns_job") else 0.0
-    spec = cloud_spec(job_id, env.classes[cls], env.template(pace), env.inputs[cls])
+    spec = env.cloud_spec(job_id, cls)
     restore = []
     try:
         time.sleep(1.2)     # the local scheduler's cycle: the job is queued behind the site batch
@@ -305,6 +317,7 @@ def run_scenario(env, cls, failure, run=1):
             notes.append("trigger did not move it: %s" % (decision and decision["reason"]))
         inject_before_dispatch(env, failure, job_id, restore)
         outcome = dispatcher.dispatch(job_id, cls, spec=spec, inputs=env.inputs[cls], image=env.images[cls])
+        log_rewrites(env.tracker, job_id, outcome, spec, path)
         notes.append("dispatch: %s (%s)" % (outcome["outcome"], outcome["reason"]))
         undo(restore)
         inject_after_dispatch(env, dispatcher, cls, failure, job_id, spec, marks, notes, restore)
@@ -529,7 +542,7 @@ def cost_section(report, classes_file):
 def free_local_gpus(env, job_id):
     """Local GPUs free up at the moment of dispatch: the local scheduler starts the job first."""
     if env.backend == "slurm":
-        env.local.run("scancel -n %s" % env.blocker)
+        env.local.run("scancel %s" % env.blocker)
         wait("Slurm to start %s" % job_id, lambda: env.local.state(job_id) == backends.Q_RUNNING, 30)
 
         def restore():
@@ -560,18 +573,20 @@ def restart_agent(env, node):
          lambda: k8s.node_ready(env.cloud_admin.get_node(node["name"]) or {}) == "True", 60)
 
 
-def reference_check(env, cls, checksum):
-    """Run the same job locally (control host, same inputs and parameters) and compare by checksum."""
+def reference_inputs(env, cls):
     ref_in = os.path.join(env.workdir, "ref", cls, "inputs")
-    out = os.path.join(env.workdir, "ref", cls, "output")
     os.makedirs(ref_in, exist_ok=True)
     for it in env.inputs[cls]:
         dst = os.path.join(ref_in, it["name"])
         if not os.path.exists(dst):
             os.link(it["path"], dst)
-    res = subprocess.run([sys.executable, JOB_SCRIPT, "train", "--out", out, "--inputs", ref_in, "--steps", "60"],
-                         capture_output=True, text=True, check=True)
-    digest = json.loads(res.stdout)["digest"]
+    return ref_in
+
+
+def reference_check(env, cls, checksum):
+    """Run the same job locally (control host, same program, inputs and parameters) and compare its
+    output tree (with the manifest the upload step writes) by checksum."""
+    digest, dummy = userjobs.reference(reference_inputs(env, cls))
     return {"method": "checksum (deterministic job)", "local": digest, "cloud": checksum, "match": digest == checksum}
 
 
@@ -579,28 +594,20 @@ def checkpoint_drill(env):
     """FAQ: a moved job stops part way; its last checkpoint comes back and resumes locally; the curve
     is compared with an uninterrupted run against a tolerance fixed here, before running."""
     tolerance = {"abs_tol": 1e-9, "rel_tol": 0.0}
-    job_id = "dr-%s-ckpt" % env.tag
-    env.enqueue(job_id, "small-input")
+    # the user's job plans 120 steps and stops at 60
+    job_id = env.enqueue("dr-%s-ckpt" % env.tag, "small-input", steps=120, stop_at=60)
     time.sleep(1.2)
     d = env.dispatcher("operator")
-    spec = cloud_spec(job_id, env.classes["small-input"],
-                      {"command": env.template(extra=["--steps", "120", "--stop-at", "60"])["command"]},
-                      env.inputs["small-input"])
-    # later --steps wins in argparse: 120 steps planned, stopped at 60
+    spec = env.cloud_spec(job_id, "small-input")
     d.dispatch(job_id, "small-input", spec=spec, inputs=env.inputs["small-input"], image=env.images["small-input"])
     cj = wait("the cloud attempt to stop part way", lambda: (lambda j: j if j and j.phase in (
         backends.SUCCEEDED, backends.FAILED) else None)(env.cloud.find_by_job_id(job_id)), 90)
     got = env.stager.fetch_outputs(job_id, cj)
     verified = got["checksum"] == cj.output_checksum
-    ckpt = os.path.join(got["ref"], "checkpoint.json")
+    ckpt = os.path.join(got["ref"], "output", "checkpoint.json")
     resumed = os.path.join(env.workdir, "ckpt", "resumed")
     full = os.path.join(env.workdir, "ckpt", "uninterrupted")
-    ref_in = os.path.join(env.workdir, "ref", "small-input", "inputs")
-    os.makedirs(ref_in, exist_ok=True)
-    for it in env.inputs["small-input"]:
-        dst = os.path.join(ref_in, it["name"])
-        if not os.path.exists(dst):
-            os.link(it["path"], dst)
+    ref_in = reference_inputs(env, "small-input")
     subprocess.run([sys.executable, JOB_SCRIPT, "train", "--out", resumed, "--inputs", ref_in, "--steps", "120",
                     "--resume", ckpt], check=True, capture_output=True)
     subprocess.run([sys.executable, JOB_SCRIPT, "train", "--out", full, "--inputs", ref_in, "--steps", "120"],
@@ -731,8 +738,7 @@ def write_report(outdir, report):
 
 def control(env, path):
     """The restricted class with the queue full: the trigger keeps it, an operator move is refused."""
-    job_id = "dr-%s-%s-restricted-%s" % (env.tag, env.backend[:2], path[:3])
-    env.enqueue(job_id, "restricted")
+    job_id = env.enqueue("dr-%s-%s-restricted-%s" % (env.tag, env.backend[:2], path[:3]), "restricted")
     time.sleep(1.2)
     try:
         dec = [x for x in trigger.evaluate(env.snapshot(), env.classes, path) if x["job_id"] == job_id][0]

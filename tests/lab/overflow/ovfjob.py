@@ -1,30 +1,26 @@
 #!/usr/bin/env python3
-"""The overflow lab's reference job: a small deterministic training loop with full checkpoints.
+"""The overflow lab users' program: a small deterministic training loop with full checkpoints.
 
-Pure python3 standard library, so it runs on the lab nodes' python3: as a Kubernetes Job pod on
-the node agent of a cloud node, as a Slurm job on site-sched, and on the control host as the
-local reference run.
+Pure python3 standard library, so it runs on the lab nodes' python3: inside the user's Kubernetes
+Job or Slurm batch script (userjobs.py), wherever that job runs, and on the control host as the
+local reference run. It knows nothing about overflow: it reads its inputs from a directory and
+writes its output directory.
 
     ovfjob.py train --out DIR [--inputs DIR] [--steps N] [--ckpt-every K] [--resume CKPT]
-                    [--stop-at STEP] [--seed S]
-    ovfjob.py cloud --storage HOST --key KEY --root ROOT --job ID --attempt A [train options]
+                    [--stop-at STEP] [--seed S] [--pace SECONDS]
 
 Training state in a checkpoint: model (weights, bias), optimiser (SGD momentum buffers),
 scheduler (step decay: base lr, gamma, period, last step), step, and the RNG state
 (random.getstate()). A run resumed from a checkpoint continues bit-for-bit like the
 uninterrupted run. Output directory: metrics.json (loss per step, input checksums),
-checkpoint.json (last state). `cloud` pulls inputs from cloud storage with rsync, trains,
-pushes the output back and prints `OVF_OUTPUT sha256:<tree digest> <remote dir>`; it needs
-nothing on-prem once started.
+checkpoint.json (last state).
 """
 import argparse
 import hashlib
 import json
 import os
 import random
-import subprocess
 import sys
-import tempfile
 import time
 
 DIM = 8
@@ -142,58 +138,21 @@ def train(out, steps=120, ckpt_every=20, resume=None, stop_at=None, seed=None, i
     return metrics
 
 
-def cloud(args):
-    ssh = "ssh -i %s -o BatchMode=yes -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null " \
-          "-o LogLevel=ERROR -o ConnectTimeout=5" % args.key
-    remote = "root@%s" % args.storage
-    work = tempfile.mkdtemp(prefix="ovf-%s-" % args.attempt)
-    inputs = os.path.join(work, "inputs")
-    out = os.path.join(work, "output")
-    os.makedirs(inputs)
-    src = "%s/jobs/%s/inputs/" % (args.root, args.job)
-    subprocess.run(["rsync", "-a", "-e", ssh, "%s:%s" % (remote, src), inputs + "/"], check=True)
-    for name in args.shared or []:
-        subprocess.run(["rsync", "-a", "-e", ssh, "%s:%s/shared/%s" % (remote, args.root, name), inputs + "/"],
-                       check=True)
-    m = train(out, args.steps, args.ckpt_every, None, args.stop_at, args.seed, inputs, args.pace)
-    print("trained %d steps, final loss %s" % (m["steps"], m["final_loss"]), flush=True)
-    dest = "%s/jobs/%s/%s/output" % (args.root, args.job, args.attempt)
-    subprocess.run(ssh.split() + [remote, "mkdir -p %s" % dest], check=True)
-    subprocess.run(["rsync", "-a", "--checksum", "-e", ssh, out + "/", "%s:%s/" % (remote, dest)], check=True)
-    print("OVF_OUTPUT %s %s" % (tree_digest(out), dest), flush=True)
-
-
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="cmd", required=True)
-    for name in ("train", "cloud"):
-        s = sub.add_parser(name)
-        s.add_argument("--steps", type=int, default=120)
-        s.add_argument("--ckpt-every", type=int, default=20)
-        s.add_argument("--stop-at", type=int)
-        s.add_argument("--seed", type=int)
-        s.add_argument("--pace", type=float, default=0.0, help="seconds to sleep per step")
-        if name == "train":
-            s.add_argument("--out", required=True)
-            s.add_argument("--inputs")
-            s.add_argument("--resume")
-        else:
-            s.add_argument("--storage", required=True)
-            s.add_argument("--key", default="/etc/hybridgpu-lab/storage_id_ed25519")
-            s.add_argument("--root", default="/srv/cloud-storage")
-            # set by the overflow cloud backend on the Job's container
-            s.add_argument("--job", default=os.environ.get("OVF_JOB_ID"))
-            s.add_argument("--attempt", default=os.environ.get("OVF_ATTEMPT_ID"))
-            s.add_argument("--shared", action="append")
+    s = sub.add_parser("train")
+    s.add_argument("--steps", type=int, default=120)
+    s.add_argument("--ckpt-every", type=int, default=20)
+    s.add_argument("--stop-at", type=int)
+    s.add_argument("--seed", type=int)
+    s.add_argument("--pace", type=float, default=0.0, help="seconds to sleep per step")
+    s.add_argument("--out", required=True)
+    s.add_argument("--inputs")
+    s.add_argument("--resume")
     a = p.parse_args(argv)
-    if a.cmd == "train":
-        m = train(a.out, a.steps, a.ckpt_every, a.resume, a.stop_at, a.seed, a.inputs, a.pace)
-        print(json.dumps({"steps": m["steps"], "final_loss": m["final_loss"],
-                          "digest": tree_digest(a.out)}))
-    else:
-        if not a.job or not a.attempt:
-            p.error("--job and --attempt (or OVF_JOB_ID and OVF_ATTEMPT_ID) are required")
-        cloud(a)
+    m = train(a.out, a.steps, a.ckpt_every, a.resume, a.stop_at, a.seed, a.inputs, a.pace)
+    print(json.dumps({"steps": m["steps"], "final_loss": m["final_loss"], "digest": tree_digest(a.out)}))
     return 0
 
 

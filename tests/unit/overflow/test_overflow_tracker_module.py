@@ -56,7 +56,7 @@ def test_dispatch_operator_path_needs_job_ids(tmp_path):
     res = run("overflow_dispatch", {"path": "operator", "tracker_db": str(tmp_path / "t.db"),
                                     "job_classes": os.path.join(ROOT, "tests/lab/overflow/job_classes.yml"),
                                     "local_queue": {"kind": "slurm"}, "cloud": {}, "storage": {},
-                                    "job_template": {"command": ["true"]}})
+                                    "job_template": {"outputs": ["output"]}})
     assert res.get("failed") and "path=operator needs the job IDs" in res["msg"]
 
 
@@ -64,5 +64,5 @@ def test_dispatch_names_a_bad_queue_kind(tmp_path):
     res = run("overflow_dispatch", {"path": "policy", "tracker_db": str(tmp_path / "t.db"),
                                     "job_classes": os.path.join(ROOT, "tests/lab/overflow/job_classes.yml"),
                                     "local_queue": {"kind": "pbs"}, "cloud": {}, "storage": {},
-                                    "job_template": {"command": ["true"]}}, check=True)
+                                    "job_template": {"outputs": ["output"]}}, check=True)
     assert res.get("failed") and "local_queue.kind must be kubernetes or slurm, not 'pbs'" in res["msg"]

@@ -234,7 +234,8 @@ def test_slurm_class_comes_from_the_partition_never_from_the_comment(monkeypatch
     monkeypatch.setattr(slurm_backend, "subprocess", rec)
     snap = slurm_backend.SlurmLocalQueue("ctl", "/keys/id", classes=CLASSES).snapshot(now=1_800_000_000.0)
     got = dict((j.job_id, j.job_class) for j in snap.jobs)
-    assert got == {"claims-restricted": "small-input", "claims-movable": "restricted", "no-comment": "small-input"}
+    # the job ID is Slurm's numeric ID; the name (the user's) decides nothing
+    assert got == {"11": "small-input", "12": "restricted", "14": "small-input"}
 
 
 def test_slurm_class_mapping_rules():
@@ -300,7 +301,7 @@ def test_dispatch_declares_its_sub_options_and_hides_secrets(monkeypatch):
 def _dispatch_args(tmp_path, **over):
     args = {"path": "policy", "tracker_db": str(tmp_path / "t.db"),
             "job_classes": str(tmp_path / "classes.yml"), "local_queue": {"kind": "pbs"},
-            "cloud": {}, "storage": {}, "job_template": {"command": ["true"]}}
+            "cloud": {}, "storage": {}, "job_template": {"outputs": ["output"]}}
     args.update(over)
     return args
 
