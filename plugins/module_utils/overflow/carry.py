@@ -139,6 +139,8 @@ def wrap(container, step_cfg):
 def _storage(tpl):
     up = dict(tpl.get("upload") or {})
     missing = [k for k in ("host", "ssh_key", "root") if not up.get(k)]
+    if not up.get("known_hosts") and not up.get("host_keys"):
+        missing.append("known_hosts or host_keys (the storage host's key is always checked)")
     if missing:
         raise ValueError("job_template.upload needs %s" % ", ".join(missing))
     return up

@@ -82,12 +82,10 @@ def collect(outputs, base, dest):
 
 def _ssh(storage):
     words = ["ssh", "-i", storage["ssh_key"], "-o", "BatchMode=yes", "-o", "ConnectTimeout=10"]
-    if storage.get("known_hosts"):
-        words += ["-o", "UserKnownHostsFile=" + storage["known_hosts"], "-o", "StrictHostKeyChecking=yes"]
-    else:
-        # no known_hosts given: the first key this run sees is kept for the run (inputs and upload
-        # reach the same host), in a file of its own
-        words += ["-o", "UserKnownHostsFile=" + storage["run_known_hosts"], "-o", "StrictHostKeyChecking=accept-new"]
+    # The storage host's key is always checked: against known_hosts (a path in the container) or
+    # the host_keys lines the Job carries (written to a file of the run's own).
+    known = storage.get("known_hosts") or storage["run_known_hosts"]
+    words += ["-o", "UserKnownHostsFile=" + known, "-o", "StrictHostKeyChecking=yes"]
     return words
 
 
@@ -122,7 +120,8 @@ def main(argv):
         return 2
     cfg = json.loads(argv[0])
     fd, cfg["storage"]["run_known_hosts"] = tempfile.mkstemp(prefix="ovf-known-hosts-")
-    os.close(fd)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(cfg["storage"].get("host_keys") or "")
     job_id, attempt_id = os.environ.get("OVF_JOB_ID"), os.environ.get("OVF_ATTEMPT_ID")
     if cfg.get("workdir"):
         os.makedirs(cfg["workdir"], exist_ok=True)

@@ -24,11 +24,17 @@ CLASS_LABEL = "hybridgpu.io/job-class"
 GPU_TYPE_ANNOTATION = "hybridgpu.io/gpu-type"
 
 
-def job_template(storage_host, remote_root):
-    """How the overflow pass makes the cloud Job for the lab's user jobs (module option job_template)."""
+def job_template(storage_host, remote_root, host_keys=None):
+    """How the overflow pass makes the cloud Job for the lab's user jobs (module option job_template).
+    host_keys: known_hosts lines for the storage host (default: the lab's known_hosts file)."""
+    if host_keys is None:
+        from lablib import config
+        with open(config.path("ssh", "known_hosts")) as fh:
+            host_keys = fh.read()
     return {"image": "localhost/overflow-job:1", "staged_claims": [INPUTS_CLAIM], "inputs_dir": "inputs",
             "outputs": ["output"],
-            "upload": {"host": storage_host, "ssh_key": CLOUD_NODE_STORAGE_KEY, "root": remote_root}}
+            "upload": {"host": storage_host, "ssh_key": CLOUD_NODE_STORAGE_KEY, "root": remote_root,
+                       "host_keys": host_keys}}
 
 
 def train_args(inputs, steps=60, pace=0.0, stop_at=None):

@@ -11,7 +11,7 @@ TPL = {"node_selector": {"pool": "overflow"}, "tolerations": [{"key": "cloud", "
        "registry_map": {"registry.site.example/": "registry.cloud.example/site/"},
        "onprem_registries": ["registry.site.example/", "harbor.lan/"], "onprem_services": ["ldap.corp"],
        "staged_claims": ["train-data"], "outputs": ["output"],
-       "upload": {"host": "st.cloud", "ssh_key": "/etc/ovf/key", "root": "/srv/cs"}}
+       "upload": {"host": "st.cloud", "ssh_key": "/etc/ovf/key", "root": "/srv/cs", "known_hosts": "/etc/ovf/known_hosts"}}
 
 
 def queued_job(**pod_extra):

@@ -17,7 +17,7 @@ ROOT = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), 
 CLASSES = os.path.join(ROOT, "tests", "lab", "overflow", "job_classes.yml")
 TPL = {"node_selector": {"pool": "overflow"}, "staged_claims": ["inputs"], "outputs": ["output"],
        "registry_map": {"registry.site.example/": "registry.cloud.example/site/"},
-       "upload": {"host": "st.cloud", "ssh_key": "/etc/ovf/key", "root": "/srv/cs"}}
+       "upload": {"host": "st.cloud", "ssh_key": "/etc/ovf/key", "root": "/srv/cs", "known_hosts": "/etc/ovf/known_hosts"}}
 
 
 @pytest.fixture(scope="module")

@@ -53,7 +53,7 @@ def node(tmp_path):
     work = tmp_path / "work"
     env = dict(os.environ, PATH="%s:%s" % (bindir, os.environ["PATH"]), FAKE_LOG=str(tmp_path / "log"),
                OVF_JOB_ID="j1", OVF_ATTEMPT_ID="a1")
-    cfg = {"storage": {"host": "st", "ssh_key": "/k", "root": str(storage)}, "workdir": str(work),
+    cfg = {"storage": {"host": "st", "ssh_key": "/k", "root": str(storage), "host_keys": "st ssh-ed25519 AAAA"}, "workdir": str(work),
            "inputs": carry.inputs_of("j1", [{"name": "a.bin"}, {"name": "vocab.bin", "shared": True}], "inputs"),
            "outputs": ["output"]}
     return {"env": env, "cfg": cfg, "storage": storage, "work": work, "log": tmp_path / "log"}
@@ -111,11 +111,13 @@ def test_manifest_lists_every_file_but_itself(tmp_path):
     assert upload_step.manifest_text(str(tmp_path)) == "%s  d/x\n" % hashlib.sha256(b"x").hexdigest()
 
 
-def test_known_hosts_is_checked_when_given_else_the_first_key_is_kept_for_the_run():
+def test_the_storage_host_key_is_always_checked():
     words = upload_step._ssh({"ssh_key": "/k", "known_hosts": "/etc/kh"})
     assert "StrictHostKeyChecking=yes" in words and "UserKnownHostsFile=/etc/kh" in words
-    words = upload_step._ssh({"ssh_key": "/k", "run_known_hosts": "/tmp/run-kh"})
-    assert "StrictHostKeyChecking=accept-new" in words and "UserKnownHostsFile=/tmp/run-kh" in words
+    # host_keys carried in the Job: written to the run's own file, still checked strictly
+    words = upload_step._ssh({"ssh_key": "/k", "run_known_hosts": "/tmp/run-kh", "host_keys": "h ssh-ed25519 AAAA"})
+    assert "StrictHostKeyChecking=yes" in words and "UserKnownHostsFile=/tmp/run-kh" in words
+    assert not any("accept-new" in w or "StrictHostKeyChecking=no" in w for w in words)
 
 
 def test_the_labs_slurm_user_job_carried_gives_the_reference_output(node, tmp_path):
@@ -128,7 +130,7 @@ def test_the_labs_slurm_user_job_carried_gives_the_reference_output(node, tmp_pa
     inputs_dir.mkdir()
     (inputs_dir / "a.bin").write_bytes(b"alpha")
     (inputs_dir / "vocab.bin").write_bytes(b"shared")
-    tpl = dict(userjobs.job_template("st", str(node["storage"])), upload=node["cfg"]["storage"])
+    tpl = dict(userjobs.job_template("st", str(node["storage"]), host_keys=""), upload=node["cfg"]["storage"])
     req = {"job_id": "j1", "gpus": 1, "cpus": 1, "time_limit_s": 600, "workdir": str(node["work"])}
     pod, dummy = carry.slurm_pod_spec("j1", req, slurm_job.parse_batch_script(userjobs.slurm_script(steps=20)), tpl,
                                       inputs=[{"name": "a.bin"}, {"name": "vocab.bin", "shared": True}])
