@@ -15,7 +15,7 @@ short_description: Move queued jobs to cloud GPUs exactly once (operator or poli
 description:
   - Reads the local queue (Kubernetes Jobs held with C(spec.suspend) plus an annotation, or Slurm held with
     C(scontrol hold)), evaluates the overflow trigger against it, and runs the exactly-once dispatch protocol
-    for the chosen jobs; inputs are staged to cloud storage over rsync/SSH with sha256 checks, results come
+    for the chosen jobs; inputs are staged to cloud storage (rsync/SSH or an S3-compatible bucket) with sha256 checks, results come
     back on-prem and are verified before the single commit in the SQLite job tracker.
   - On the C(operator) path the jobs named in I(jobs) move (restricted classes are refused); on the
     C(policy) path the trigger decides. Jobs already in flight are advanced one step in every pass.
@@ -157,30 +157,74 @@ options:
         description: Retries of a failed API request (the shared Kubernetes default when omitted).
         type: int
   storage:
-    description: Cloud storage over rsync/SSH. Unknown keys are refused.
+    description:
+      - Cloud storage. C(kind=rsync) (the default) stages over rsync/SSH to a storage host; C(kind=s3) to an
+        S3-compatible bucket through boto3 (needs the C(boto3) Python package on the controller). Unknown keys are refused.
+      - Every staged object carries a SHA-256 checksum that is checked again on the way back.
     type: dict
     required: true
     suboptions:
-      host:
-        description: The storage host.
+      kind:
+        description: C(rsync) or C(s3) (C(rsync) when omitted).
         type: str
+        choices: [rsync, s3]
       onprem_root:
         description: On-prem folder where results land (C(<onprem_root>/<job ID>/<attempt ID>)).
         type: path
+      host:
+        description: rsync only. The storage host.
+        type: str
       remote_root:
-        description: Storage root on the storage host (C(/srv/cloud-storage) when omitted).
+        description: rsync only. Storage root on the storage host (C(/srv/cloud-storage) when omitted).
         type: str
       ssh_key:
-        description: Private key for SSH.
+        description: rsync only. Private key for SSH.
         type: path
       user:
-        description: SSH user (C(root) when omitted).
+        description: rsync only. SSH user (C(root) when omitted).
         type: str
       known_hosts:
         description:
-          - File of trusted host keys (OpenSSH C(known_hosts) format). The host key is always checked
+          - rsync only. File of trusted host keys (OpenSSH C(known_hosts) format). The host key is always checked
             (C(StrictHostKeyChecking=yes)); without this file, against the user's own known_hosts files.
         type: path
+      endpoint_url:
+        description: s3 only. The S3 endpoint of the cloud's object storage (AWS's own when omitted).
+        type: str
+      region:
+        description: s3 only. The storage region.
+        type: str
+      bucket:
+        description: s3 only. The bucket (it must exist).
+        type: str
+      prefix:
+        description: s3 only. Key prefix under which the stager keeps C(shared/), C(jobs/) and C(image-cache/).
+        type: str
+      access_key:
+        description: s3 only. Access key ID; without it, boto3's own credential chain (environment, profile, role).
+        type: str
+      secret_key:
+        description: s3 only. Secret access key (given with I(access_key)).
+        type: str
+      session_token:
+        description: s3 only. Session token of temporary credentials.
+        type: str
+      validate_certs:
+        description: s3 only. Verify the endpoint's TLS certificate (on when omitted).
+        type: bool
+      ca_bundle:
+        description: s3 only. CA bundle that signs the endpoint's certificate.
+        type: path
+      addressing_style:
+        description: s3 only. Bucket addressing (C(auto) when omitted; many S3-compatible stores need C(path)).
+        type: str
+        choices: [auto, path, virtual]
+      part_size_mb:
+        description: s3 only. Part size of multipart uploads in MiB (8 when omitted, at least 5); larger files go in parts that resume.
+        type: int
+      streams:
+        description: s3 only. Parallel connections per job (4 when omitted).
+        type: int
   job_template:
     description: The cloud Job made for a moved job. Unknown keys are refused.
     type: dict
@@ -285,6 +329,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import k8s
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.common.k8s_module import K8S_AUTH_ARG_SPEC
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow import backends, dispatch_run, jobclass
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow.stagers import STORAGE_OPTIONS
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow.slurm_backend import SlurmError
 
 CHANGING = frozenset(["submitted", "adopted", "released", "finished", "abandoned", "released_resources"])
@@ -310,11 +355,6 @@ CLOUD_OPTIONS = dict(
     K8S_SUBOPTIONS,
     namespace=dict(type="str"),
     pool=dict(type="str", choices=["warm", "on_demand"]),
-)
-STORAGE_OPTIONS = dict(
-    SSH_SUBOPTIONS,
-    onprem_root=dict(type="path"),
-    remote_root=dict(type="str"),
 )
 JOB_TEMPLATE_OPTIONS = dict(
     command=dict(type="list", elements="str"),

@@ -215,3 +215,23 @@ def test_unsafe_names_are_refused_before_any_request(stager, tmp_path, bad):
     with pytest.raises(backends.TransferInterrupted, match="refused"):
         stager.stage_inputs("job", [{"name": bad, "path": path}])
     assert sum(stager.calls.values()) == calls
+
+
+def test_storage_kind_selects_the_stager_and_hides_secrets(endpoint, tmp_path):
+    from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow import dispatch_run, rsync_stager, stagers
+    from ansible_collections.hybridgpu.fleet.plugins.modules import overflow_dispatch
+    st = dispatch_run.build_stager({"kind": "s3", "bucket": "b1", "onprem_root": str(tmp_path), "endpoint_url": endpoint,
+                                    "region": "us-east-1", "access_key": "k", "secret_key": "s", "part_size_mb": 16,
+                                    "streams": 2, "prefix": "/p/"})
+    assert isinstance(st, s3_stager.S3Stager) and st.part_size == 16 * MIB and st.streams == 2 and st.key("x") == "p/x"
+    assert isinstance(dispatch_run.build_stager({"host": "h", "ssh_key": "/k", "onprem_root": str(tmp_path)}),
+                      rsync_stager.RsyncStager)
+    with pytest.raises(dispatch_run.RunError, match="storage.bucket is required for kind s3"):
+        dispatch_run.build_stager({"kind": "s3", "onprem_root": str(tmp_path)})
+    with pytest.raises(dispatch_run.RunError, match="storage.access_key and storage.secret_key"):
+        dispatch_run.build_stager({"kind": "s3", "bucket": "b", "onprem_root": str(tmp_path), "access_key": "k"})
+    with pytest.raises(dispatch_run.RunError, match="part_size_mb is 1"):
+        dispatch_run.build_stager({"kind": "s3", "bucket": "b", "onprem_root": str(tmp_path), "part_size_mb": 1})
+    spec = overflow_dispatch.argument_spec()["storage"]["options"]
+    assert spec is stagers.STORAGE_OPTIONS
+    assert all(spec[k]["no_log"] for k in ("access_key", "secret_key", "session_token"))
