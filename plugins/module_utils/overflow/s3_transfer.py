@@ -57,11 +57,16 @@ class Digest(object):
         self.size = 0
 
     def add_part(self, data, digest=None):
+        """Adds a part; its digest is computed here unless given (b"" keeps its place for set_part)."""
         self.full.update(data)
         self.size += len(data)
-        digest = digest or hashlib.sha256(data).digest()
+        if digest is None and data is not None:
+            digest = hashlib.sha256(data).digest()
         self.parts.append(digest)
         return digest
+
+    def set_part(self, number, digest):
+        self.parts[number - 1] = digest
 
     def hexdigest(self):
         return self.full.hexdigest()
@@ -132,11 +137,14 @@ def unfinished_parts(client, bucket, key):
     return upload_id, parts
 
 
-def _reusable(have, data, digest):
+def _reusable(have, data):
+    """The part's digest when the listed part can stay (same size, and same SHA-256 where the store lists
+    one), else None."""
     if not have or have.get("Size") != len(data):
-        return False
+        return None
+    digest = hashlib.sha256(data).digest()
     listed = have.get("ChecksumSHA256")
-    return listed is None or bare(listed) == b64(digest)
+    return digest if listed is None or bare(listed) == b64(digest) else None
 
 
 def put_multipart(client, pool, window, bucket, key, path, part_size, stop_after=None):
@@ -155,7 +163,8 @@ def put_multipart(client, pool, window, bucket, key, path, part_size, stop_after
     done = []
     futures = []
 
-    def send(number, data, digest):
+    def send(number, data):
+        digest = hashlib.sha256(data).digest()     # in the stream's own thread, beside the others
         res = client.upload_part(Bucket=bucket, Key=key, UploadId=upload_id, PartNumber=number, Body=data,
                                  ChecksumAlgorithm="SHA256", ChecksumSHA256=b64(digest))
         return {"PartNumber": number, "ETag": res["ETag"], "ChecksumSHA256": b64(digest)}, len(data)
@@ -167,8 +176,9 @@ def put_multipart(client, pool, window, bucket, key, path, part_size, stop_after
             if not data and number:
                 break
             number += 1
-            digest = dig.add_part(data)
-            if _reusable(have.get(number), data, digest):
+            digest = _reusable(have.get(number), data)
+            dig.add_part(data, digest or b"")
+            if digest:
                 done.append({"PartNumber": number, "ETag": have[number]["ETag"], "ChecksumSHA256": b64(digest)})
                 out["reused"] += len(data)
                 out["parts_reused"] += 1
@@ -177,11 +187,13 @@ def put_multipart(client, pool, window, bucket, key, path, part_size, stop_after
                 raise StopUpload("interrupted after %d parts of %s" % (len(futures), key),
                                  len(futures), out["sent"])
             else:
-                futures.append(window.submit(pool, send, number, data, digest))
+                futures.append(window.submit(pool, send, number, data))
             if len(data) < part_size:
                 break
     _drain(futures, done, out)
     done.sort(key=lambda p: p["PartNumber"])
+    for part in done:
+        dig.set_part(part["PartNumber"], base64.b64decode(part["ChecksumSHA256"]))
     client.complete_multipart_upload(Bucket=bucket, Key=key, UploadId=upload_id, MultipartUpload={"Parts": done})
     out["digest"] = dig
     return out
