@@ -22,6 +22,7 @@ import collections
 import hashlib
 import os
 import threading
+from concurrent.futures import ThreadPoolExecutor
 
 
 class StopUpload(Exception):
@@ -48,19 +49,37 @@ def bare(checksum):
 
 
 class Digest(object):
-    """Full-file SHA-256 and the part digests of a byte stream cut into parts of `part_size`."""
+    """Full-file SHA-256 and the part digests of a byte stream cut into parts of `part_size`.
+    With `overlap`, the full-file hash runs in its own thread, beside the reads or writes of the next part."""
 
-    def __init__(self, part_size):
+    def __init__(self, part_size, overlap=False):
         self.part_size = part_size
         self.full = hashlib.sha256()
         self.parts = []
         self.size = 0
+        self._hasher = ThreadPoolExecutor(1) if overlap else None
+        self._pending = None
+
+    def feed(self, data):
+        self.size += len(data)
+        if self._hasher is None:
+            self.full.update(data)
+            return
+        if self._pending is not None:
+            self._pending.result()
+        self._pending = self._hasher.submit(self.full.update, data)
+
+    def close(self):
+        if self._hasher is not None:
+            if self._pending is not None:
+                self._pending.result()
+            self._hasher.shutdown()
+            self._hasher = self._pending = None
 
     def add_part(self, data, digest=None):
         """Adds a part; its digest is computed here unless given (b"" keeps its place for set_part)."""
-        self.full.update(data)
-        self.size += len(data)
-        if digest is None and data is not None:
+        self.feed(data)
+        if digest is None:
             digest = hashlib.sha256(data).digest()
         self.parts.append(digest)
         return digest
@@ -69,29 +88,33 @@ class Digest(object):
         self.parts[number - 1] = digest
 
     def hexdigest(self):
+        self.close()
         return self.full.hexdigest()
 
     def stored_form(self):
         """What the store keeps for these bytes: one PUT (part_size 0) or the composite of the parts."""
         if not self.part_size:
+            self.close()
             return b64(self.full.digest())
         return composite(self.parts)
 
 
 def local_digest(path, part_size, bufsize=1 << 20):
     """Digest of a local file in one read (part_size 0: a single PUT object)."""
-    dig = Digest(part_size)
+    dig = Digest(part_size, overlap=True)
     step = part_size or bufsize
-    with open(path, "rb") as fh:
-        while True:
-            data = fh.read(step)
-            if not data:
-                break
-            if part_size:
-                dig.add_part(data)
-            else:
-                dig.full.update(data)
-                dig.size += len(data)
+    try:
+        with open(path, "rb") as fh:
+            while True:
+                data = fh.read(step)
+                if not data:
+                    break
+                if part_size:
+                    dig.add_part(data)
+                else:
+                    dig.feed(data)
+    finally:
+        dig.close()
     return dig
 
 
@@ -158,7 +181,7 @@ def put_multipart(client, pool, window, bucket, key, path, part_size, stop_after
     if upload_id is None:
         upload_id = client.create_multipart_upload(
             Bucket=bucket, Key=key, ChecksumAlgorithm="SHA256", Metadata={"part-size": str(part_size)})["UploadId"]
-    dig = Digest(part_size)
+    dig = Digest(part_size, overlap=True)
     out = {"sent": 0, "reused": 0, "parts_sent": 0, "parts_reused": 0, "resumed": bool(have)}
     done = []
     futures = []
@@ -169,28 +192,31 @@ def put_multipart(client, pool, window, bucket, key, path, part_size, stop_after
                                  ChecksumAlgorithm="SHA256", ChecksumSHA256=b64(digest))
         return {"PartNumber": number, "ETag": res["ETag"], "ChecksumSHA256": b64(digest)}, len(data)
 
-    with open(path, "rb") as fh:
-        number = 0
-        while True:
-            data = fh.read(part_size)
-            if not data and number:
-                break
-            number += 1
-            digest = _reusable(have.get(number), data)
-            dig.add_part(data, digest or b"")
-            if digest:
-                done.append({"PartNumber": number, "ETag": have[number]["ETag"], "ChecksumSHA256": b64(digest)})
-                out["reused"] += len(data)
-                out["parts_reused"] += 1
-            elif stop_after is not None and len(futures) >= stop_after:
-                _drain(futures, done, out)
-                raise StopUpload("interrupted after %d parts of %s" % (len(futures), key),
-                                 len(futures), out["sent"])
-            else:
-                futures.append(window.submit(pool, send, number, data))
-            if len(data) < part_size:
-                break
-    _drain(futures, done, out)
+    try:
+        with open(path, "rb") as fh:
+            number = 0
+            while True:
+                data = fh.read(part_size)
+                if not data and number:
+                    break
+                number += 1
+                digest = _reusable(have.get(number), data)
+                dig.add_part(data, digest or b"")
+                if digest:
+                    done.append({"PartNumber": number, "ETag": have[number]["ETag"], "ChecksumSHA256": b64(digest)})
+                    out["reused"] += len(data)
+                    out["parts_reused"] += 1
+                elif stop_after is not None and len(futures) >= stop_after:
+                    _drain(futures, done, out)
+                    raise StopUpload("interrupted after %d parts of %s" % (len(futures), key),
+                                     len(futures), out["sent"])
+                else:
+                    futures.append(window.submit(pool, send, number, data))
+                if len(data) < part_size:
+                    break
+        _drain(futures, done, out)
+    finally:
+        dig.close()
     done.sort(key=lambda p: p["PartNumber"])
     for part in done:
         dig.set_part(part["PartNumber"], base64.b64decode(part["ChecksumSHA256"]))
@@ -219,8 +245,7 @@ def put_single(client, bucket, key, path):
     with open(path, "rb") as fh:
         data = fh.read()
     dig = Digest(0)
-    dig.full.update(data)
-    dig.size = len(data)
+    dig.feed(data)
     client.put_object(Bucket=bucket, Key=key, Body=data, ChecksumAlgorithm="SHA256",
                       ChecksumSHA256=b64(dig.full.digest()),
                       Metadata={"sha256": dig.hexdigest(), "part-size": "0"})
@@ -232,7 +257,7 @@ def get_ranges(client, pool, depth, bucket, key, size, part_size, dest, range_si
     part_size > 0: ranges follow the object's parts (for the composite); 0: a single-PUT object.
     flip_first (a drill fault): the first byte lands flipped, as damage on the way would."""
     step = part_size or range_size
-    dig = Digest(part_size)
+    dig = Digest(part_size, overlap=True)
 
     def fetch(start, end):
         body = client.get_object(Bucket=bucket, Key=key, Range="bytes=%d-%d" % (start, end))["Body"]
@@ -241,15 +266,18 @@ def get_ranges(client, pool, depth, bucket, key, size, part_size, dest, range_si
             data = bytes([data[0] ^ 0xFF]) + data[1:]
         return data, hashlib.sha256(data).digest() if part_size else None
 
-    pending = collections.deque()
-    tmp = dest + ".part"
-    with open(tmp, "wb") as fh:
-        for start in range(0, size, step):
-            if len(pending) >= depth:
+    try:
+        pending = collections.deque()
+        tmp = dest + ".part"
+        with open(tmp, "wb") as fh:
+            for start in range(0, size, step):
+                if len(pending) >= depth:
+                    _land(pending.popleft(), dig, fh)
+                pending.append(pool.submit(fetch, start, min(size, start + step) - 1))
+            while pending:
                 _land(pending.popleft(), dig, fh)
-            pending.append(pool.submit(fetch, start, min(size, start + step) - 1))
-        while pending:
-            _land(pending.popleft(), dig, fh)
+    finally:
+        dig.close()
     os.replace(tmp, dest)
     return dig
 
@@ -259,6 +287,5 @@ def _land(fut, dig, fh):
     if dig.part_size:
         dig.add_part(data, digest)
     else:
-        dig.full.update(data)
-        dig.size += len(data)
+        dig.feed(data)
     fh.write(data)
