@@ -7,8 +7,9 @@ same run: one plain `scp` of the same files to another directory on the same hos
 It needs the lab's storage host and says so, then skips, when the lab is not up.
 S3 half: S3Stager.stage_inputs of the same files (SHA-256 per object, multipart, one stream set per
 job) and S3Stager.fetch_outputs of them (ranged parallel download, hashed as it lands, checked against
-the stored checksum). Baseline in the same run: boto3's own upload_file / download_file of the same
-files with the same part size and concurrency and no checksums. The store is moto in server mode on
+the sender's sha256 in the object's metadata, or with --manifest 0 against the store's part
+checksums). Baseline in the same run: boto3's own upload_file / download_file of the same files with
+the same part size and concurrency and no checksums. The store is moto in server mode on
 loopback (a separate process), or --endpoint with --bucket (credentials from the environment).
 Sustained throughput = bytes / wall time of the whole call. Each figure is the median of --repeat runs,
 stager and plain copy alternating. Prints the rates and their ratios; no thresholds. Removes what it wrote.
@@ -29,7 +30,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, ".collections"))
 
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow.remote import ssh_options  # noqa: E402
-from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow.rsync_stager import RsyncStager  # noqa: E402
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow.rsync_stager import RsyncStager, file_sha256  # noqa: E402
 
 HOST = "10.213.77.30"
 MIB = 1024 * 1024
@@ -137,6 +138,7 @@ def bench_s3(a, inputs, total):
             st.client.create_bucket(Bucket=bucket)
         up, down, plain_up, plain_down = [], [], [], []
         outputs = os.path.join(os.path.dirname(inputs[0]["path"]), "outputs")
+        manifest = dict((it["name"], file_sha256(it["path"])) for it in inputs)
         for n in range(a.repeat):
             clean(st)
             attempt = "a%d" % n
@@ -162,7 +164,8 @@ def bench_s3(a, inputs, total):
             # stager and plain copy take turns going first
             for step in ((stage, plain_upload) if n % 2 == 0 else (plain_upload, stage)):
                 step()
-            st.upload_tree("bench", attempt, outputs)     # the same bytes as an attempt's outputs (not timed)
+            # the same bytes as an attempt's outputs, with the sender's checksum manifest (not timed)
+            st.upload_tree("bench", attempt, outputs, manifest=manifest if a.manifest else None)
             for step in ((fetch, plain_download) if n % 2 == 0 else (plain_download, fetch)):
                 step()
     finally:
@@ -171,8 +174,9 @@ def bench_s3(a, inputs, total):
             proc.kill()
             proc.wait()
     u, pu, d, pd = (statistics.median(x) for x in (up, plain_up, down, plain_down))
-    print("S3 store: %s (%s), part %d MiB, %d streams, median of %d" % (
-        endpoint, "moto server, loopback" if proc else "given endpoint", a.part_mb, a.streams, a.repeat))
+    print("S3 store: %s (%s), part %d MiB, %d streams, median of %d, outputs %s" % (
+        endpoint, "moto server, loopback" if proc else "given endpoint", a.part_mb, a.streams, a.repeat,
+        "with the sender's sha256" if a.manifest else "with part checksums only"))
     print("S3 stager upload with SHA-256:    %s sustained" % rate(total, u))
     print("plain boto3 upload_file:          %s" % rate(total, pu))
     print("ratio S3 upload (staged / plain throughput): %.2f" % (pu / u))
@@ -198,6 +202,9 @@ def main():
     ap.add_argument("--bucket")
     ap.add_argument("--part-mb", type=int, default=8)
     ap.add_argument("--streams", type=int, default=4)
+    ap.add_argument("--manifest", type=int, choices=[0, 1], default=1,
+                    help="outputs carry the sender's sha256 in their metadata (1, as the cloud side's output step "
+                         "writes them) or only the store's part checksums (0)")
     a = ap.parse_args()
     if a.endpoint and not a.bucket:
         ap.error("--endpoint needs --bucket")

@@ -279,21 +279,23 @@ class S3Stager(backends.Stager):
     def output_prefix(self, job_id, attempt_id):
         return self.key("jobs", job_id, attempt_id, "output") + "/"
 
-    def upload_tree(self, job_id, attempt_id, root):
-        """Send a directory as an attempt's outputs (what the cloud side does; also used by tests)."""
+    def upload_tree(self, job_id, attempt_id, root, manifest=None):
+        """Send a directory as an attempt's outputs (what the cloud side does; also used by tests).
+        manifest: {relative path: sha256 hex} the sender computed, kept in each object's metadata."""
         items = []
         for dirpath, dummy, files in os.walk(root):
             for f in sorted(files):
                 full = os.path.join(dirpath, f)
-                items.append((self.output_prefix(job_id, attempt_id) + os.path.relpath(full, root), full))
+                rel = os.path.relpath(full, root)
+                items.append((self.output_prefix(job_id, attempt_id) + rel, full, (manifest or {}).get(rel)))
         with ThreadPoolExecutor(self.streams) as pool:
             window = xfer.Window(2 * self.streams)
-            for key, full in items:
+            for key, full, sha256 in items:
                 if os.path.getsize(full) <= self.part_size:
                     xfer.put_single(self.client, self.bucket, key, full)
                 else:
-                    xfer.put_multipart(self.client, pool, window, self.bucket, key, full, self.part_size)
-        return [key for key, full in items]
+                    xfer.put_multipart(self.client, pool, window, self.bucket, key, full, self.part_size, sha256=sha256)
+        return [item[0] for item in items]
 
     def _listing(self, prefix):
         objs = []
@@ -353,11 +355,15 @@ class S3Stager(backends.Stager):
         if self.corrupt_next:
             self.corrupt_next -= 1
             flip = True
-        return xfer.get_ranges(self.client, pool, 2 * self.streams, self.bucket, key, size, stored["part_size"],
+        # the writer's full-file SHA-256, when stored, is checked alone: no part digests to compute
+        parts = 0 if stored["sha256"] else stored["part_size"]
+        return xfer.get_ranges(self.client, pool, 2 * self.streams, self.bucket, key, size, parts,
                                target, self.part_size, flip_first=flip)
 
     @staticmethod
     def _matches(stored, dig):
-        if stored["sha256"] and stored["sha256"] != dig.hexdigest():
-            return False
-        return not stored["checksum"] or stored["checksum"] == dig.stored_form()
+        if stored["sha256"]:
+            same = stored["sha256"] == dig.hexdigest()
+            # a single-PUT object's own checksum is the same digest: it must agree too
+            return same and (stored["part_size"] or not stored["checksum"] or stored["checksum"] == dig.stored_form())
+        return stored["checksum"] == dig.stored_form()

@@ -170,8 +170,9 @@ def _reusable(have, data):
     return digest if listed is None or bare(listed) == b64(digest) else None
 
 
-def put_multipart(client, pool, window, bucket, key, path, part_size, stop_after=None):
-    """Send a file in parts through `pool`, resuming the key's unfinished upload.
+def put_multipart(client, pool, window, bucket, key, path, part_size, stop_after=None, sha256=None):
+    """Send a file in parts through `pool`, resuming the key's unfinished upload. `sha256`, when the sender
+    knows it beforehand (a checksum manifest), goes in the object's metadata.
     Returns {"digest", "sent", "reused", "parts_sent", "parts_reused", "resumed"}; raises StopUpload after
     `stop_after` parts were sent (an injected interruption) or when a part fails."""
     upload_id, have = unfinished_parts(client, bucket, key)
@@ -179,8 +180,9 @@ def put_multipart(client, pool, window, bucket, key, path, part_size, stop_after
         client.abort_multipart_upload(Bucket=bucket, Key=key, UploadId=upload_id)
         upload_id, have = None, {}
     if upload_id is None:
+        meta = dict({"part-size": str(part_size)}, **({"sha256": sha256} if sha256 else {}))
         upload_id = client.create_multipart_upload(
-            Bucket=bucket, Key=key, ChecksumAlgorithm="SHA256", Metadata={"part-size": str(part_size)})["UploadId"]
+            Bucket=bucket, Key=key, ChecksumAlgorithm="SHA256", Metadata=meta)["UploadId"]
     dig = Digest(part_size, overlap=True)
     out = {"sent": 0, "reused": 0, "parts_sent": 0, "parts_reused": 0, "resumed": bool(have)}
     done = []

@@ -235,3 +235,18 @@ def test_storage_kind_selects_the_stager_and_hides_secrets(endpoint, tmp_path):
     spec = overflow_dispatch.argument_spec()["storage"]["options"]
     assert spec is stagers.STORAGE_OPTIONS
     assert all(spec[k]["no_log"] for k in ("access_key", "secret_key", "session_token"))
+
+
+def test_an_output_with_the_senders_sha256_is_checked_against_it(stager, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    big = _file(out, "m.bin", 11 * MIB, b"m")
+    stager.upload_tree("job-10", "a1", str(out), manifest={"m.bin": _sha(big)})
+    key = stager.output_prefix("job-10", "a1") + "m.bin"
+    assert _head(stager, key)["Metadata"]["sha256"] == _sha(big)
+    back = stager.fetch_outputs("job-10", Job("a1"))
+    assert back["checksum"] == tree_digest(str(out))
+    # the same parts but a manifest that does not match what is stored: refused
+    stager.upload_tree("job-10", "a2", str(out), manifest={"m.bin": "0" * 64})
+    with pytest.raises(backends.ReturnFailed, match="m.bin .* is corrupt"):
+        stager.fetch_outputs("job-10", Job("a2"))
