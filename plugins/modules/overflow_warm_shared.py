@@ -17,20 +17,15 @@ description:
     (C(shared/<name>)), so that each moved job carries only its own inputs.
   - A dataset whose stored SHA-256 matches the on-prem file is kept and nothing is sent; one that is
     absent is sent; one whose checksum differs is sent again (refreshed) and verified after the copy.
-  - The same storage settings as M(hybridgpu.fleet.overflow_dispatch) (rsync/SSH or an S3-compatible
-    bucket). Run it on a schedule (an AWX schedule of C(playbooks/overflow_warm_shared.yml)).
+  - The same storage settings (I(storage)) as M(hybridgpu.fleet.overflow_dispatch) (rsync/SSH or an
+    S3-compatible bucket); C(onprem_root) is not used here. Run it on a schedule (an AWX schedule of C(playbooks/overflow_warm_shared.yml)).
 version_added: "0.1.0"
 author:
   - hybridgpu.fleet maintainers (@hybridgpu)
 extends_documentation_fragment:
   - hybridgpu.fleet.attributes
+  - hybridgpu.fleet.overflow_storage
 options:
-  storage:
-    description:
-      - Cloud storage, as I(storage) of M(hybridgpu.fleet.overflow_dispatch) (C(kind) C(rsync) or C(s3) and
-        their keys). C(onprem_root) is not used here. Unknown keys are refused.
-    type: dict
-    required: true
   datasets:
     description:
       - The shared datasets, each C(name) (the name moved jobs use, C([A-Za-z0-9][A-Za-z0-9._-]{0,127})
