@@ -15,7 +15,7 @@ short_description: Move queued jobs to cloud GPUs exactly once (operator or poli
 description:
   - Reads the local queue (Kubernetes Jobs held with C(spec.suspend) plus an annotation, or Slurm held with
     C(scontrol hold)), evaluates the overflow trigger against it, and runs the exactly-once dispatch protocol
-    for the chosen jobs; inputs are staged to cloud storage over rsync/SSH with sha256 checks, results come
+    for the chosen jobs; inputs are staged to cloud storage (rsync/SSH or an S3-compatible bucket) with sha256 checks, results come
     back on-prem and are verified before the single commit in the SQLite job tracker.
   - On the C(operator) path the jobs named in I(jobs) move (restricted classes are refused); on the
     C(policy) path the trigger decides. Jobs already in flight are advanced one step in every pass.
@@ -25,6 +25,7 @@ author:
   - hybridgpu.fleet maintainers (@hybridgpu)
 extends_documentation_fragment:
   - hybridgpu.fleet.attributes
+  - hybridgpu.fleet.overflow_storage
 options:
   path:
     description: Dispatch path that labels every result.
@@ -157,31 +158,6 @@ options:
       api_retries:
         description: Retries of a failed API request (the shared Kubernetes default when omitted).
         type: int
-  storage:
-    description: Cloud storage over rsync/SSH. Unknown keys are refused.
-    type: dict
-    required: true
-    suboptions:
-      host:
-        description: The storage host.
-        type: str
-      onprem_root:
-        description: On-prem folder where results land (C(<onprem_root>/<job ID>/<attempt ID>)).
-        type: path
-      remote_root:
-        description: Storage root on the storage host (C(/srv/cloud-storage) when omitted).
-        type: str
-      ssh_key:
-        description: Private key for SSH.
-        type: path
-      user:
-        description: SSH user (C(root) when omitted).
-        type: str
-      known_hosts:
-        description:
-          - File of trusted host keys (OpenSSH C(known_hosts) format). The host key is always checked
-            (C(StrictHostKeyChecking=yes)); without this file, against the user's own known_hosts files.
-        type: path
   job_template:
     description:
       - How a moved job's cloud Job is made from the queued job. A Kubernetes Job's pod template is copied and only
@@ -255,7 +231,12 @@ options:
             type: str
             default: root
           known_hosts:
-            description: known_hosts path on the cloud nodes; without it the first key a run sees is kept for that run.
+            description:
+              - known_hosts path on the cloud nodes. The storage host's key is always checked; give this or
+                O(job_template.upload.host_keys).
+            type: str
+          host_keys:
+            description: The storage host's known_hosts lines, carried in the cloud Job (instead of O(job_template.upload.known_hosts)).
             type: str
   inputs:
     description:
@@ -340,6 +321,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import k8s
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.common.k8s_module import K8S_AUTH_ARG_SPEC
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow import backends, dispatch_run, jobclass
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow.stagers import STORAGE_OPTIONS
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow.slurm_backend import SlurmError
 
 CHANGING = frozenset(["submitted", "adopted", "released", "finished", "abandoned", "released_resources"])
@@ -366,17 +348,13 @@ CLOUD_OPTIONS = dict(
     namespace=dict(type="str"),
     pool=dict(type="str", choices=["warm", "on_demand"]),
 )
-STORAGE_OPTIONS = dict(
-    SSH_SUBOPTIONS,
-    onprem_root=dict(type="path"),
-    remote_root=dict(type="str"),
-)
 UPLOAD_OPTIONS = dict(
     host=dict(type="str", required=True),
     ssh_key=dict(type="str", required=True, no_log=False),
     root=dict(type="str", required=True),
     user=dict(type="str", default="root"),
     known_hosts=dict(type="str"),
+    host_keys=dict(type="str"),
 )
 JOB_TEMPLATE_OPTIONS = dict(
     image=dict(type="str"),

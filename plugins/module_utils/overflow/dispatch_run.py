@@ -3,8 +3,8 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """One dispatch pass with real backends: what the overflow_dispatch module runs.
 
-Builds the local queue (Kubernetes Jobs or Slurm), the cloud cluster and the rsync stager from
-plain option dicts, then either moves chosen jobs (operator path), or evaluates the trigger
+Builds the local queue (Kubernetes Jobs or Slurm), the cloud cluster and the stager (rsync or S3,
+stagers.build) from plain option dicts, then either moves chosen jobs (operator path), or evaluates the trigger
 against the real local queue and moves what it says (policy path). Jobs already in flight are
 advanced one step in the same pass (reconcile, poll, collect, retry under caps). Every result
 carries the path that produced it.
@@ -12,11 +12,10 @@ carries the path that produced it.
 from __future__ import annotations
 
 from ..common import k8s
-from . import carry, jobclass, trigger
+from . import carry, jobclass, stagers, trigger
 from .remote import UnsafeName, check_name
 from .k8s_backend import K8sCloudCluster, K8sLocalQueue
 from .protocol import ACTIVE_STATES, J_FINISHED, Dispatcher
-from .rsync_stager import RsyncStager
 from .slurm_backend import SlurmLocalQueue
 from .tracker import Tracker
 
@@ -53,13 +52,10 @@ def build_cloud(opts):
 
 
 def build_stager(opts):
-    for key in ("host", "ssh_key", "onprem_root"):
-        if not opts.get(key):
-            raise RunError("storage.%s is required" % key)
-    st = RsyncStager(opts["host"], opts["ssh_key"], opts["onprem_root"],
-                     remote_root=opts.get("remote_root") or "/srv/cloud-storage", user=opts.get("user") or "root",
-                     known_hosts=opts.get("known_hosts"))
-    return st
+    try:
+        return stagers.build(opts)
+    except stagers.StorageError as exc:
+        raise RunError(str(exc))
 
 
 def apply_faults(stager, faults):

@@ -14,15 +14,17 @@ checked against the on-prem file)}. One SSH call reads the cached blob's sha256;
 digest -> "cached", nothing sent; absent or different -> "cold_pull": rsync --checksum, the cached
 digest is read again and must match (else the cached copy is removed and the pull fails).
 Inputs: [{"name", "path" (file on the control host), "shared": bool}].
-- Each input's sha256 is computed locally; one SSH call reads the remote manifest and the remote
-  checksums; a file whose remote checksum already matches is not sent (warm shared data, or a
-  copy that finished before an interruption).
-- rsync runs with --partial --append-verify, so an interrupted copy resumes where it stopped and
-  the whole file is verified again; after the copy the remote checksums are read again and a
-  mismatch deletes the remote file and counts as an interruption.
+- Each input's sha256 is computed locally while one SSH call reads the remote manifest and the
+  remote checksums; a file whose remote checksum already matches is not sent (warm shared data, or
+  a copy that finished before an interruption).
+- One rsync per job sends every file still to send (a folder of links that mirrors the storage
+  layout, copied with --copy-links), with --partial --append-verify, so an interrupted copy resumes
+  where it stopped and the whole file is verified again; after the copy the remote checksums are
+  read once (one SSH call) and a mismatch deletes the remote file and counts as an interruption.
 - Throughput is sustained: bytes sent / wall time of the whole staging (checksums included).
-Outputs come back to `onprem_root/<job_id>/<attempt_id>/` and their checksum (tree_digest) is
-computed over what landed on-prem, never taken from the sender.
+Outputs come back to a fresh `onprem_root/<job_id>/<attempt_id>/` with a plain rsync (no --checksum
+pass that reads every file on the storage host before sending it), and their checksum (tree_digest)
+is computed in one read over what landed on-prem, never taken from the sender.
 Job IDs, attempt IDs, input and image names are checked with remote.check_name before any command
 runs (a refusal is a TransferInterrupted or ReturnFailed naming the field and the value); every value
 in a remote command is quoted on its own. SSH checks the host key, against `known_hosts` when given.
@@ -32,8 +34,11 @@ from __future__ import annotations
 import hashlib
 import os
 import shlex
+import shutil
 import subprocess
+import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 from . import backends
 from .remote import UnsafeName, check_name, command, ssh_options
@@ -106,8 +111,8 @@ class RsyncStager(backends.Stager):
         return res
 
     def _rsync(self, sources, dest, extra=(), port=None, kill_after=None, resume=True):
-        # --append-verify resumes a partial input; returns compare whole files instead (--checksum),
-        # since a damaged file of the right size must be sent again, not appended to.
+        # --append-verify resumes a partial input; a return goes to an emptied folder instead, since a
+        # damaged file of the right size must be sent again, not appended to.
         flags = ["--partial", "--append-verify"] if resume else []
         ssh = " ".join(shlex.quote(x) for x in self._ssh_base(port))
         cmd = ["rsync", "-a"] + flags + ["--timeout=60", "-e", ssh] + list(extra) + list(sources) + [dest]
@@ -152,13 +157,15 @@ class RsyncStager(backends.Stager):
         t0 = time.monotonic()
         self._names(backends.TransferInterrupted, ("job ID", job_id),
                     *[("dataset name" if it.get("shared") else "input name", it.get("name")) for it in inputs])
-        items = []
         for it in inputs:
             if not it.get("path") or not os.path.isfile(it["path"]):
                 raise backends.TransferInterrupted("input %r of %s: local file %r does not exist" % (
                     it.get("name"), job_id, it.get("path")))
-            items.append(dict(it, sha256=file_sha256(it["path"]), size=os.path.getsize(it["path"])))
-        manifest, remote = self._remote_state(job_id, items)
+        # local checksums are computed while the storage host reports its own
+        with ThreadPoolExecutor(max(1, min(4, len(inputs)))) as pool:
+            sums = [pool.submit(file_sha256, it["path"]) for it in inputs]
+            manifest, remote = self._remote_state(job_id, inputs)
+            items = [dict(it, sha256=fut.result(), size=os.path.getsize(it["path"])) for it, fut in zip(inputs, sums)]
         sent = skipped = 0
         resumed = False
         todo = []
@@ -171,26 +178,31 @@ class RsyncStager(backends.Stager):
                     warm.append(it["name"])
                 continue
             todo.append(it)
-        partial = self._partial_sizes(job_id, todo) if todo else {}
-        for it in todo:
-            dest = self._dest_of(job_id, it)
-            have = partial.get(dest, 0)
-            resumed = resumed or 0 < have < it["size"]
+        if todo:
+            partial = self._partial_sizes(job_id, todo)
+            # a file as long as the input but with another checksum is damaged, not partial: an append
+            # would keep it, so it goes before the copy
+            damaged = [self._dest_of(job_id, it) for it in todo if partial.get(self._dest_of(job_id, it), 0) >= it["size"]]
+            if damaged:
+                self.ssh(command("rm", "-f", *damaged))
+                for dest in damaged:
+                    partial.pop(dest)
+            have = sum(partial.get(self._dest_of(job_id, it), 0) for it in todo)
+            resumed = any(0 < partial.get(self._dest_of(job_id, it), 0) < it["size"] for it in todo)
             kill = None
             extra = []
             if self.interrupt_next:
                 self.interrupt_next -= 1
                 kill = self.interrupt_after
                 extra = ["--bwlimit=%d" % self.interrupt_bwlimit]
-            rc, err = self._rsync([it["path"]], "%s@%s:%s" % (self.user, self.host, dest), extra, kill_after=kill)
+            rc, err = self._send(job_id, todo, extra, kill)
             if rc != 0:
-                done = self._partial_sizes(job_id, [it]).get(dest, 0)
+                done = sum(self._partial_sizes(job_id, todo).values())
                 sent += max(0, done - have)
                 self.last = self._stats(sent, skipped, t0, resumed, len(items))
                 raise backends.TransferInterrupted("rsync of %s for %s stopped (rc %s): %s" % (
-                    it["name"], job_id, rc, err[-300:]), done_bytes=done)
-            sent += it["size"] - have
-        if todo:
+                    ", ".join(it["name"] for it in todo), job_id, rc, err[-300:]), done_bytes=done)
+            sent += sum(it["size"] for it in todo) - have
             dummy, after = self._remote_state(job_id, todo)
             bad = [it for it in todo if after.get(self._dest_of(job_id, it)) != it["sha256"]]
             if bad:
@@ -203,6 +215,21 @@ class RsyncStager(backends.Stager):
         self.last = self._stats(sent, skipped, t0, resumed, len(items))
         self.last["warm_shared"] = warm
         return dict(self.last)
+
+    def _send(self, job_id, todo, extra, kill):
+        """One rsync for all of a job's files: a folder of links laid out as on the storage host."""
+        farm = tempfile.mkdtemp(prefix="hgpu-stage-")
+        try:
+            for it in todo:
+                link = os.path.join(farm, os.path.relpath(self._dest_of(job_id, it), self.remote_root))
+                os.makedirs(os.path.dirname(link), exist_ok=True)
+                os.symlink(os.path.abspath(it["path"]), link)
+            # links become their files; folders keep their owner, mode and times on the storage host
+            flags = ["--copy-links", "--no-perms", "--no-owner", "--no-group", "--omit-dir-times"]
+            return self._rsync([farm + "/"], "%s@%s:%s/" % (self.user, self.host, self.remote_root),
+                               flags + list(extra), kill_after=kill)
+        finally:
+            shutil.rmtree(farm, ignore_errors=True)
 
     @staticmethod
     def _stats(sent, skipped, t0, resumed, files):
@@ -232,8 +259,20 @@ class RsyncStager(backends.Stager):
         self.ssh(cmd)
 
     def warm_shared(self, name, path):
-        """Put a shared dataset in cloud storage ahead of time (a scheduled refresh)."""
-        return self.stage_inputs("_warm", [{"name": name, "path": path, "shared": True}])
+        """Put a shared dataset in cloud storage ahead of time: kept when its checksum matches, sent again
+        when it does not (a scheduled refresh)."""
+        return self.stage_inputs("warm", [{"name": name, "path": path, "shared": True}])
+
+    def warm_state(self, datasets):
+        """{name: "warm" | "stale" | "absent"} for [{"name", "path"}], sending nothing."""
+        self._names(backends.TransferInterrupted, *[("dataset name", d.get("name")) for d in datasets])
+        paths = [self.remote("shared", d["name"]) for d in datasets]
+        remote = parse_sha256sum(self.ssh("sha256sum %s 2>/dev/null; true" % command(*paths)).stdout)
+        out = {}
+        for it, path in zip(datasets, paths):
+            have = remote.get(path)
+            out[it["name"]] = "absent" if have is None else ("warm" if have == file_sha256(it["path"]) else "stale")
+        return out
 
     # -- images ---------------------------------------------------------------------------------
     def cached_image_path(self, name):
@@ -289,13 +328,14 @@ class RsyncStager(backends.Stager):
         attempt = cloud_job.attempt_id
         self._names(backends.ReturnFailed, ("job ID", job_id), ("attempt ID", attempt))
         dest = os.path.join(self.onprem_root, job_id, attempt)
-        os.makedirs(dest, exist_ok=True)
+        shutil.rmtree(dest, ignore_errors=True)
+        os.makedirs(dest)
         port = None
         if self.fail_return_next:
             self.fail_return_next -= 1
             port = 1      # nothing listens there: the copy fails like a refused connection
         rc, err = self._rsync(["%s@%s:%s/" % (self.user, self.host, self.output_dir_remote(job_id, attempt))],
-                              dest + "/", ["--checksum", "--delete"], port=port, resume=False)
+                              dest + "/", ["--delete"], port=port, resume=False)
         if rc != 0:
             raise backends.ReturnFailed("return copy of %s attempt %s failed (rc %s): %s" % (job_id, attempt, rc, err[-300:]))
         if self.corrupt_next:

@@ -1,0 +1,252 @@
+"""The S3 stager against moto in server mode on loopback: checksums stored with each object and checked on
+the way back, multipart uploads that resume without sending completed parts again, warm shared datasets,
+and objects changed behind the stager's back that are sent again or refused."""
+import base64
+import hashlib
+import os
+import socket
+
+import pytest
+
+boto3 = pytest.importorskip("boto3")
+moto_server = pytest.importorskip("moto.server")
+
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow import backends  # noqa: E402
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow import s3_stager, s3_transfer  # noqa: E402
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow.rsync_stager import tree_digest  # noqa: E402
+
+MIB = 1024 * 1024
+PART = 5 * MIB
+
+
+def _free_port():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def endpoint():
+    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=_free_port(), verbose=False)
+    server.start()
+    yield "http://127.0.0.1:%d" % server._port
+    server.stop()
+
+
+@pytest.fixture
+def stager(endpoint, tmp_path, request):
+    bucket = "stage-%s" % hashlib.sha256(request.node.name.encode()).hexdigest()[:12]
+    st = s3_stager.S3Stager(bucket, str(tmp_path / "onprem"), prefix="site-a", part_size=PART, streams=3,
+                            endpoint_url=endpoint, region="us-east-1", access_key="test", secret_key="test")
+    st.client.create_bucket(Bucket=bucket)
+    st.calls = {"UploadPart": 0, "PutObject": 0}
+
+    def count(model, **kwargs):
+        st.calls[model.name] = st.calls.get(model.name, 0) + 1
+    st.client.meta.events.register("before-call.s3.*", lambda model, **kw: count(model))
+    return st
+
+
+def _file(tmp_path, name, size, seed=b"x"):
+    path = tmp_path / name
+    block = hashlib.sha256(seed).digest() * 32
+    data = (block * (size // len(block) + 1))[:size]
+    data = bytes(b ^ (i % 251) for i, b in enumerate(data[:4096])) + data[4096:]
+    path.write_bytes(data)
+    return str(path)
+
+
+def _sha(path):
+    with open(path, "rb") as fh:
+        return hashlib.sha256(fh.read()).hexdigest()
+
+
+def _head(st, key):
+    return st.client.head_object(Bucket=st.bucket, Key=key, ChecksumMode="ENABLED")
+
+
+class Job(object):
+    def __init__(self, attempt_id):
+        self.attempt_id = attempt_id
+
+
+def test_round_trip_stores_and_checks_sha256(stager, tmp_path):
+    small = _file(tmp_path, "small.bin", 300_000, b"s")
+    big = _file(tmp_path, "big.bin", 12 * MIB + 5, b"b")
+    got = stager.stage_inputs("job-1", [{"name": "small.bin", "path": small},
+                                        {"name": "big.bin", "path": big, "shared": True}])
+    assert got["bytes_sent"] == 300_000 + 12 * MIB + 5 and got["bytes_skipped"] == 0
+    assert got["sha256"] == {"small.bin": _sha(small), "big.bin": _sha(big)}
+    assert got["throughput_Bps"] > 0 and got["seconds"] > 0 and got["parts_sent"] == 1 + 3
+    # one PUT: the store's SHA-256 is the file's; in parts: the composite of the part digests
+    head = _head(stager, "site-a/jobs/job-1/inputs/small.bin")
+    assert head["ChecksumSHA256"] == base64.b64encode(bytes.fromhex(_sha(small))).decode()
+    assert head["Metadata"]["sha256"] == _sha(small)
+    with open(big, "rb") as fh:
+        parts = [hashlib.sha256(fh.read(PART)).digest() for dummy in range(3)]
+    head = _head(stager, "site-a/shared/big.bin")
+    assert s3_transfer.bare(head["ChecksumSHA256"]) == base64.b64encode(hashlib.sha256(b"".join(parts)).digest()).decode()
+    # the cloud side writes outputs; they come back verified, with the tree digest of what landed
+    out = tmp_path / "out"
+    (out / "sub").mkdir(parents=True)
+    (out / "result.txt").write_text("loss=0.125\n")
+    os.replace(_file(tmp_path, "ckpt.bin", 11 * MIB, b"c"), str(out / "sub" / "ckpt.bin"))
+    stager.upload_tree("job-1", "a1", str(out))
+    back = stager.fetch_outputs("job-1", Job("a1"))
+    assert back["ref"] == os.path.join(stager.onprem_root, "job-1", "a1")
+    assert back["checksum"] == tree_digest(str(out)) == tree_digest(back["ref"])
+    assert back["files"] == 2 and back["fetched_again"] == [] and back["throughput_Bps"] > 0
+
+
+def test_interrupted_multipart_upload_resumes_without_resending_parts(stager, tmp_path):
+    big = _file(tmp_path, "data.bin", 4 * PART + 1000, b"d")      # 5 parts
+    stager.interrupt_next, stager.interrupt_after_parts = 1, 2
+    with pytest.raises(backends.TransferInterrupted) as err:
+        stager.stage_inputs("job-2", [{"name": "data.bin", "path": big}])
+    assert err.value.done_bytes == 2 * PART
+    assert stager.calls["UploadPart"] == 2 and stager.last["bytes_sent"] == 2 * PART
+    key = "site-a/jobs/job-2/inputs/data.bin"
+    assert [u["Key"] for u in stager.client.list_multipart_uploads(Bucket=stager.bucket)["Uploads"]] == [key]
+    got = stager.stage_inputs("job-2", [{"name": "data.bin", "path": big}])
+    assert stager.calls["UploadPart"] == 5, "completed parts were sent again"
+    assert got["resumed"] and got["parts_reused"] == 2 and got["parts_sent"] == 3
+    assert got["bytes_sent"] == 2 * PART + 1000 and got["bytes_skipped"] == 2 * PART
+    assert "Uploads" not in stager.client.list_multipart_uploads(Bucket=stager.bucket)
+    body = stager.client.get_object(Bucket=stager.bucket, Key=key)["Body"].read()
+    assert hashlib.sha256(body).hexdigest() == _sha(big) == got["sha256"]["data.bin"]
+
+
+def test_a_stale_part_is_caught_by_the_composite_and_sent_again(stager, tmp_path):
+    old = _file(tmp_path, "v1.bin", 3 * PART, b"old")
+    stager.interrupt_next, stager.interrupt_after_parts = 1, 2
+    with pytest.raises(backends.TransferInterrupted):
+        stager.stage_inputs("job-3", [{"name": "data.bin", "path": old}])
+    new = _file(tmp_path, "v2.bin", 3 * PART, b"new")     # same size, other bytes: the listed parts are stale
+    with pytest.raises(backends.TransferInterrupted, match="checksum mismatch"):
+        stager.stage_inputs("job-3", [{"name": "data.bin", "path": new}])
+    got = stager.stage_inputs("job-3", [{"name": "data.bin", "path": new}])
+    assert got["bytes_sent"] == 3 * PART and not got["resumed"]
+    body = stager.client.get_object(Bucket=stager.bucket, Key="site-a/jobs/job-3/inputs/data.bin")["Body"].read()
+    assert hashlib.sha256(body).hexdigest() == _sha(new)
+
+
+def test_warm_shared_dataset_is_reused_and_refreshed_when_it_changes(stager, tmp_path):
+    path = _file(tmp_path, "ds.bin", 7 * MIB, b"w")
+    first = stager.warm_shared("ds.bin", path)
+    assert first["bytes_sent"] == 7 * MIB and first["refreshed_shared"] == []
+    assert stager.warm_state([{"name": "ds.bin", "path": path}]) == {"ds.bin": "warm"}
+    before = dict(stager.calls)
+    again = stager.stage_inputs("job-4", [{"name": "ds.bin", "path": path, "shared": True}])
+    assert again["bytes_sent"] == 0 and again["bytes_skipped"] == 7 * MIB and again["warm_shared"] == ["ds.bin"]
+    assert stager.calls["UploadPart"] == before["UploadPart"]
+    _file(tmp_path, "ds.bin", 7 * MIB, b"w2")
+    assert stager.warm_state([{"name": "ds.bin", "path": path}]) == {"ds.bin": "stale"}
+    fresh = stager.warm_shared("ds.bin", path)
+    assert fresh["bytes_sent"] == 7 * MIB and fresh["refreshed_shared"] == ["ds.bin"]
+    assert fresh["sha256"]["ds.bin"] == _sha(path)
+
+
+@pytest.mark.parametrize("with_checksum", [False, True])
+def test_an_input_changed_behind_the_stagers_back_is_sent_again(stager, tmp_path, with_checksum):
+    path = _file(tmp_path, "in.bin", 200_000, b"i")
+    stager.stage_inputs("job-5", [{"name": "in.bin", "path": path}])
+    key = "site-a/jobs/job-5/inputs/in.bin"
+    meta = _head(stager, key)["Metadata"]
+    extra = {"ChecksumAlgorithm": "SHA256"} if with_checksum else {}
+    stager.client.put_object(Bucket=stager.bucket, Key=key, Body=b"\0" * 200_000, Metadata=meta, **extra)
+    got = stager.stage_inputs("job-5", [{"name": "in.bin", "path": path}])
+    assert got["bytes_sent"] == 200_000 and got["bytes_skipped"] == 0
+    assert _head(stager, key)["ChecksumSHA256"] == base64.b64encode(bytes.fromhex(_sha(path))).decode()
+
+
+def test_a_corrupted_output_is_refused_then_returned_when_sent_again(stager, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "a.txt").write_text("answer=42\n")
+    _file(out, "b.bin", 6 * MIB, b"o")
+    stager.upload_tree("job-6", "a1", str(out))
+    key = stager.output_prefix("job-6", "a1") + "a.txt"
+    meta = _head(stager, key)["Metadata"]
+    # silent damage: other bytes under the same metadata
+    stager.client.put_object(Bucket=stager.bucket, Key=key, Body=b"answer=41\n", Metadata=meta)
+    dest = os.path.join(stager.onprem_root, "job-6", "a1")
+    with pytest.raises(backends.ReturnFailed, match="a.txt .* is corrupt"):
+        stager.fetch_outputs("job-6", Job("a1"))
+    assert not os.path.exists(dest), "a corrupt return left files on-prem"
+    stager.upload_tree("job-6", "a1", str(out))          # the cloud side sends it again
+    back = stager.fetch_outputs("job-6", Job("a1"))
+    assert back["checksum"] == tree_digest(str(out)) == tree_digest(dest)
+
+
+def test_damage_on_the_way_back_fetches_the_object_again(stager, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    _file(out, "c.bin", 11 * MIB, b"k")
+    stager.upload_tree("job-7", "a1", str(out))
+    stager.corrupt_next = 1
+    back = stager.fetch_outputs("job-7", Job("a1"))
+    assert back["fetched_again"] == ["c.bin"]
+    assert back["checksum"] == tree_digest(str(out)) == tree_digest(back["ref"])
+
+
+def test_an_output_without_a_stored_checksum_is_refused(stager, tmp_path):
+    stager.client.put_object(Bucket=stager.bucket, Key=stager.output_prefix("job-8", "a1") + "x.txt", Body=b"x")
+    with pytest.raises(backends.ReturnFailed, match="no stored SHA-256"):
+        stager.fetch_outputs("job-8", Job("a1"))
+
+
+def test_image_cache_cold_pull_then_cached(stager, tmp_path):
+    path = _file(tmp_path, "img.tar", 6 * MIB, b"img")
+    digest = "sha256:" + _sha(path)
+    first = stager.ensure_image("job-9", {"name": "reg/train-1", "path": path, "digest": digest})
+    assert first["outcome"] == "cold_pull" and first["verified_digest"] == digest and first["bytes_sent"] == 6 * MIB
+    again = stager.ensure_image("job-9", {"name": "reg/train-1", "path": path, "digest": digest})
+    assert again["outcome"] == "cached" and again["cached_digest"] == digest and again["bytes_sent"] == 0
+    with pytest.raises(backends.TransferInterrupted, match="declares"):
+        stager.ensure_image("job-9", {"name": "reg/train-1", "path": path, "digest": "sha256:" + "0" * 64})
+
+
+@pytest.mark.parametrize("bad", ["../x", "a/b", "-rf"])
+def test_unsafe_names_are_refused_before_any_request(stager, tmp_path, bad):
+    path = _file(tmp_path, "f.bin", 10, b"f")
+    calls = sum(stager.calls.values())
+    with pytest.raises(backends.TransferInterrupted, match="refused"):
+        stager.stage_inputs(bad, [{"name": "f.bin", "path": path}])
+    with pytest.raises(backends.TransferInterrupted, match="refused"):
+        stager.stage_inputs("job", [{"name": bad, "path": path}])
+    assert sum(stager.calls.values()) == calls
+
+
+def test_storage_kind_selects_the_stager_and_hides_secrets(endpoint, tmp_path):
+    from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow import dispatch_run, rsync_stager, stagers
+    from ansible_collections.hybridgpu.fleet.plugins.modules import overflow_dispatch
+    st = dispatch_run.build_stager({"kind": "s3", "bucket": "b1", "onprem_root": str(tmp_path), "endpoint_url": endpoint,
+                                    "region": "us-east-1", "access_key": "k", "secret_key": "s", "part_size_mb": 16,
+                                    "streams": 2, "prefix": "/p/"})
+    assert isinstance(st, s3_stager.S3Stager) and st.part_size == 16 * MIB and st.streams == 2 and st.key("x") == "p/x"
+    assert isinstance(dispatch_run.build_stager({"host": "h", "ssh_key": "/k", "onprem_root": str(tmp_path)}),
+                      rsync_stager.RsyncStager)
+    with pytest.raises(dispatch_run.RunError, match="storage.bucket is required for kind s3"):
+        dispatch_run.build_stager({"kind": "s3", "onprem_root": str(tmp_path)})
+    with pytest.raises(dispatch_run.RunError, match="storage.access_key and storage.secret_key"):
+        dispatch_run.build_stager({"kind": "s3", "bucket": "b", "onprem_root": str(tmp_path), "access_key": "k"})
+    with pytest.raises(dispatch_run.RunError, match="part_size_mb is 1"):
+        dispatch_run.build_stager({"kind": "s3", "bucket": "b", "onprem_root": str(tmp_path), "part_size_mb": 1})
+    spec = overflow_dispatch.argument_spec()["storage"]["options"]
+    assert spec is stagers.STORAGE_OPTIONS
+    assert all(spec[k]["no_log"] for k in ("access_key", "secret_key", "session_token"))
+
+
+def test_an_output_with_the_senders_sha256_is_checked_against_it(stager, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    big = _file(out, "m.bin", 11 * MIB, b"m")
+    stager.upload_tree("job-10", "a1", str(out), manifest={"m.bin": _sha(big)})
+    key = stager.output_prefix("job-10", "a1") + "m.bin"
+    assert _head(stager, key)["Metadata"]["sha256"] == _sha(big)
+    back = stager.fetch_outputs("job-10", Job("a1"))
+    assert back["checksum"] == tree_digest(str(out))
+    # the same parts but a manifest that does not match what is stored: refused
+    stager.upload_tree("job-10", "a2", str(out), manifest={"m.bin": "0" * 64})
+    with pytest.raises(backends.ReturnFailed, match="m.bin .* is corrupt"):
+        stager.fetch_outputs("job-10", Job("a2"))
