@@ -117,3 +117,12 @@ def test_rules_written_by_the_earlier_release_read_as_attached(harness, tmp_path
                                                       '"sources": ["2001:db8:5::/48"]}]')
     state = harness.provider().read()
     assert state["attached"] and [r["name"] for r in state["rules"]] == ["dns"]
+
+
+def test_removal_that_keeps_hand_made_lines_needs_the_management_sources(harness):
+    converge(harness.provider(), RULES)
+    harness.hand_add("tcp", "8080", "192.0.2.77/32")
+    bare = nftables.NftProvider(harness.nft, [], table=TABLE, state_dir=harness.state_dir)
+    with pytest.raises(cf.ProviderError, match="remove_drift=true"):
+        bare.execute(cf.removal_plan(bare.read()))
+    assert harness.provider().read()["rules"] == cf.normalize_rules(RULES)

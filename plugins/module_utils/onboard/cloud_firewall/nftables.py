@@ -120,6 +120,9 @@ class NftProvider(base.ProviderFirewall):
         if steps["delete"] or (steps["detach"] and not after["drift"]):
             return self._delete(state)
         rules = after["rules"] if after["attached"] else []
+        if not self.management_sources:
+            raise base.ProviderError("table %s keeps %d rule(s) added by hand, and rewriting it needs management_sources "
+                                     "(the SSH rule), or remove_drift=true to delete the table" % (self.table, len(after["drift"])))
         text = self.render(rules, after["drift"])
         self._check(text)
         rc, out, err = self.run(["nft", "-f", "-"], data=text)
