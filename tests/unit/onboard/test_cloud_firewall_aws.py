@@ -23,14 +23,19 @@ KEYS = {"access_key": "AKIDTESTING", "secret_key": "moto-secret-not-real"}
 MARK = "hybridgpu.fleet:"
 
 
-@pytest.fixture(scope="module")
-def endpoint():
+def serve():
+    """moto in server mode on a free loopback port, for as long as the generator runs."""
     logging.getLogger("werkzeug").setLevel(logging.WARNING)
     server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     host, port = server.get_host_and_port()
     yield "http://%s:%d" % (host, port)
     server.stop()
+
+
+@pytest.fixture(scope="module")
+def endpoint():
+    yield from serve()
 
 
 class Estate:
