@@ -254,7 +254,9 @@ def main():
     try:
         before, steps, after = run_plan(module, fw)
     except (cloud_firewall.ProviderError, cmd.CommandError) as err:
-        module.fail_json(msg="Provider firewall (%s, firewall %s): %s" % (p["provider"], p["firewall"] or "default", err))
+        # Each step is read before it is planned, so a rerun finishes a run that stopped half-way.
+        module.fail_json(msg="Provider firewall (%s, firewall %s): %s; a rerun continues from what was done"
+                         % (p["provider"], p["firewall"] or "default", err))
     found = cloud_firewall.findings(after)
     changed = cloud_firewall.changed(steps)
     result = dict(changed=changed, rules=after["rules"], firewall=after["firewall"], drift=after["drift"],

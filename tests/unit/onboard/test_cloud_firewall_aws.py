@@ -266,3 +266,21 @@ def test_module_names_the_failed_call(harness, monkeypatch, capsys):
 def test_module_requires_the_instance_for_aws(monkeypatch, capsys):
     res = run_module(monkeypatch, capsys, {"provider": "aws", "rules": []})
     assert res["failed"] and "instance_id" in res["msg"]
+
+
+def test_module_run_stopped_half_way_is_finished_by_a_rerun(harness, monkeypatch, capsys):
+    made = aws.client
+
+    def throttled_client(**kwargs):
+        ec2 = made(**kwargs)
+        throttle(ec2, "ModifyNetworkInterfaceAttribute", 99)
+        return ec2
+    monkeypatch.setattr(aws, "client", throttled_client)
+    res = run_module(monkeypatch, capsys, module_args(harness, retries=2))
+    assert res["failed"] and "modify_network_interface_attribute" in res["msg"] and "a rerun continues" in res["msg"]
+    # the group and its rules were made, the attachment was not
+    assert harness.backend_rules() == expected(RULES) and harness.group()["GroupId"] not in harness.eni_groups()
+    monkeypatch.setattr(aws, "client", made)
+    res = run_module(monkeypatch, capsys, module_args(harness))
+    assert res["changed"] and res["plan"]["attach"] and not res["plan"]["create"] and not res["plan"]["add"]
+    assert harness.group()["GroupId"] in harness.eni_groups()
