@@ -147,6 +147,7 @@ class Kube(object):
         self.core = k8s_client.CoreV1Api(self.api_client)
         self.batch = k8s_client.BatchV1Api(self.api_client)
         self.policy = k8s_client.PolicyV1Api(self.api_client)
+        self.coordination = k8s_client.CoordinationV1Api(self.api_client)
         self.version_api = k8s_client.VersionApi(self.api_client)
 
     # -- transport ---------------------------------------------------------------------
