@@ -13,11 +13,12 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", ".."))
-import hgpu_testenv  # noqa: E402,F401  pylint: disable=unused-import
+import hgpu_testenv  # noqa: E402
 
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow import dispatch_run  # noqa: E402
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow.ledger import open_ledger  # noqa: E402
 
+assert hgpu_testenv.COLLECTIONS
 CHECKSUM_ANNOTATION = "test.hybridgpu.io/output-checksum"
 
 
