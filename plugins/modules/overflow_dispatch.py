@@ -15,8 +15,11 @@ short_description: Move queued jobs to cloud GPUs exactly once (operator or poli
 description:
   - Reads the local queue (Kubernetes Jobs held with C(spec.suspend) plus an annotation, or Slurm held with
     C(scontrol hold)), evaluates the overflow trigger against it, and runs the exactly-once dispatch protocol
-    for the chosen jobs; inputs are staged to cloud storage (rsync/SSH or an S3-compatible bucket) with sha256 checks, results come
-    back on-prem and are verified before the single commit in the SQLite job tracker.
+    for the chosen jobs; inputs are staged to cloud storage (rsync/SSH or an S3-compatible bucket) with sha256 checks,
+    results come back on-prem and are verified before the single commit in the ledger (I(ledger), a SQLite file
+    or objects in a Kubernetes namespace that every run can reach).
+  - One pass runs at a time per ledger; a second pass waits up to I(ledger.wait_s), then returns C(busy)
+    naming the holder and changes nothing.
   - On the C(operator) path the jobs named in I(jobs) move (restricted classes are refused); on the
     C(policy) path the trigger decides. Jobs already in flight are advanced one step in every pass.
   - Every result is labelled with the path that produced it.
@@ -51,9 +54,47 @@ options:
     description: Who runs the pass (recorded in the attempt log).
     type: str
   tracker_db:
-    description: Path of the SQLite job tracker.
+    description: Path of the SQLite job tracker; the same as I(ledger) with kind C(sqlite) and this I(path).
     type: path
-    required: true
+  ledger:
+    description:
+      - Where the exactly-once ledger lives. Required unless I(tracker_db) is set.
+      - C(sqlite) is one file on the host that runs the pass (a scheduled AWX job in a fresh container
+        does not see the last run's file). C(kubernetes) keeps it in the API of the cluster named by
+        I(kubeconfig), I(context) and I(namespace) (the namespace must exist) as a Lease
+        C(<name_prefix>-dispatch), a ConfigMap C(<name_prefix>-job-<name>) per job and one
+        C(<name_prefix>-commit-<name>) per committed job (see docs/runbooks/overflow_move.md for the RBAC).
+    type: dict
+    suboptions:
+      kind:
+        description: The ledger's store.
+        type: str
+        choices: [sqlite, kubernetes]
+        default: sqlite
+      path:
+        description: SQLite file (kind sqlite).
+        type: path
+      kubeconfig:
+        description: Kubeconfig of the cluster that holds the ledger (kind kubernetes).
+        type: path
+      context:
+        description: Context in I(kubeconfig) (kind kubernetes).
+        type: str
+      namespace:
+        description: Namespace of the ledger's objects (kind kubernetes; required there).
+        type: str
+      name_prefix:
+        description: Prefix of the ledger's object names (kind kubernetes).
+        type: str
+        default: hgpu-overflow
+      lease_seconds:
+        description: How long the pass Lease stays valid without renewal (kind kubernetes); the pass renews it as it writes.
+        type: int
+        default: 300
+      wait_s:
+        description: Seconds a pass waits for another pass to finish before it returns C(busy).
+        type: float
+        default: 0
   job_classes:
     description: Job classes YAML (see M(hybridgpu.fleet.overflow_decide)).
     type: path
@@ -279,7 +320,7 @@ EXAMPLES = r"""
 - name: Policy pass (an AWX schedule runs this every few minutes)
   hybridgpu.fleet.overflow_dispatch:
     path: policy
-    tracker_db: /srv/overflow/tracker.db
+    ledger: {kind: kubernetes, kubeconfig: ~/.kube/config, context: onprem, namespace: overflow-ledger, wait_s: 60}
     job_classes: "{{ inventory_dir }}/overflow/job_classes.yml"
     local_queue: {kind: slurm, host: 10.40.0.5, ssh_key: ~/.ssh/id_ed25519, known_hosts: /etc/overflow/known_hosts}
     total_gpus: {"NVIDIA A100-SXM4-80GB": 8}
@@ -300,8 +341,15 @@ path:
   description: The dispatch path of this pass.
   returned: always
   type: str
+busy:
+  description: Set when another pass held the ledger past I(ledger.wait_s) (holder, renewed, reason); nothing was done.
+  returned: when another pass holds the ledger
+  type: dict
 results:
-  description: One entry per job touched (job_id, path, outcome, reason, state, attempt_id, cloud_name, staging).
+  description:
+    - One entry per job touched (job_id, path, outcome, reason, state, attempt_id, cloud_name, staging, marks).
+    - marks holds the attempt's five marks (dispatch, transfer_in, start, end, return; epoch seconds, those
+      reached so far) and the seconds between them.
   returned: always
   type: list
   elements: dict
@@ -370,6 +418,16 @@ JOB_TEMPLATE_OPTIONS = dict(
     outputs=dict(type="list", elements="str"),
     upload=dict(type="dict", options=UPLOAD_OPTIONS),
 )
+LEDGER_OPTIONS = dict(
+    kind=dict(type="str", choices=["sqlite", "kubernetes"], default="sqlite"),
+    path=dict(type="path"),
+    kubeconfig=dict(type="path"),
+    context=dict(type="str"),
+    namespace=dict(type="str"),
+    name_prefix=dict(type="str", default="hgpu-overflow"),
+    lease_seconds=dict(type="int", default=300),
+    wait_s=dict(type="float", default=0),
+)
 FAULT_OPTIONS = dict(
     interrupt_transfers=dict(type="int", default=0),
     corrupt_results=dict(type="int", default=0),
@@ -383,7 +441,8 @@ def argument_spec():
         action=dict(type="str", choices=["dispatch", "step", "return_to_local"], default="dispatch"),
         jobs=dict(type="list", elements="str", default=[]),
         actor=dict(type="str"),
-        tracker_db=dict(type="path", required=True),
+        tracker_db=dict(type="path"),
+        ledger=dict(type="dict", options=LEDGER_OPTIONS),
         job_classes=dict(type="path", required=True),
         local_queue=dict(type="dict", required=True, options=LOCAL_QUEUE_OPTIONS),
         total_gpus=dict(type="dict"),
@@ -397,7 +456,8 @@ def argument_spec():
 
 
 def main():
-    module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
+    module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True,
+                           required_one_of=[("tracker_db", "ledger")])
     params = dict(module.params, check_mode=module.check_mode)
     if params["path"] == "operator" and params["action"] == "dispatch" and not params["jobs"]:
         module.fail_json(msg="path=operator needs the job IDs to move in jobs")
@@ -410,6 +470,8 @@ def main():
     except (k8s.K8sError, SlurmError, backends.LinkDown) as exc:
         module.fail_json(msg="overflow pass (%s path) failed: %s" % (params["path"], exc))
     changed = any(r.get("outcome") in CHANGING for r in out["results"])
+    if out.get("busy"):
+        module.warn(out["busy"]["reason"])
     module.exit_json(changed=changed, **out)
 
 

@@ -11,9 +11,10 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 ---
 module: overflow_tracker
-short_description: Query, trace or commit jobs in the overflow job tracker (SQLite)
+short_description: Query, trace or commit jobs in the overflow ledger (SQLite or Kubernetes)
 description:
-  - C(query) lists jobs with state, attempt count and commit; C(trace) gives, per job ID, every attempt with its
+  - C(query) lists jobs with state, attempt count, commit and the five marks of the last attempt (dispatch,
+    transfer_in, start, end, return, with the seconds between them); C(trace) gives, per job ID, every attempt with its
     log, the commit, refused commits and a verdict that says whether a second attempt kept running or one
     attempt repeated its commit.
   - C(commit) records a verified output for one attempt. The tracker allows exactly one commit per job ID and
@@ -25,9 +26,11 @@ extends_documentation_fragment:
   - hybridgpu.fleet.attributes
 options:
   db:
-    description: Path of the SQLite tracker database.
+    description: Path of the SQLite tracker database (or set I(ledger)).
     type: path
-    required: true
+  ledger:
+    description: The ledger as M(hybridgpu.fleet.overflow_dispatch) takes it (kind, path or kubeconfig, context, namespace, name_prefix).
+    type: dict
   action:
     description: What to do.
     type: str
@@ -80,12 +83,12 @@ EXAMPLES = r"""
 
 RETURN = r"""
 jobs:
-  description: For query, one entry per job (job_id, job_class, path, state, attempts, committed_attempt).
+  description: For query, one entry per job (job_id, job_class, path, state, attempts, committed_attempt, marks).
   returned: when action is query
   type: list
   elements: dict
 traces:
-  description: For trace, job ID to its full trace (job, attempts with logs, commit, rejected_commits, verdict).
+  description: For trace, job ID to its full trace (job, attempts with logs, commit, rejected_commits, verdict, marks per attempt).
   returned: when action is trace
   type: dict
 commit:
@@ -98,13 +101,29 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow.tracker import Tracker, TrackerError
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.common.k8s import K8sError
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow.ledger import open_ledger, summary
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow.tracker import TrackerError
+
+
+def open_for(module, p):
+    """The ledger named by ledger, else the SQLite file db (which must exist)."""
+    opts = dict(p["ledger"] or {"kind": "sqlite", "path": p["db"]})
+    if (opts.get("kind") or "sqlite") == "sqlite":
+        opts["path"] = opts.get("path") or p["db"]
+        if not opts["path"] or not os.path.exists(opts["path"]):
+            module.fail_json(msg="tracker database %s does not exist" % opts["path"])
+    try:
+        return open_ledger(opts), opts.get("path") or "%s/%s" % (opts.get("context"), opts.get("namespace"))
+    except (ValueError, K8sError) as exc:
+        module.fail_json(msg="ledger: %s" % exc)
 
 
 def main():
     module = AnsibleModule(
         argument_spec=dict(
-            db=dict(type="path", required=True),
+            db=dict(type="path"),
+            ledger=dict(type="dict"),
             action=dict(type="str", choices=["query", "trace", "commit"], default="query"),
             jobs=dict(type="list", elements="str", default=[]),
             job_id=dict(type="str"),
@@ -114,12 +133,11 @@ def main():
             actor=dict(type="str", default="operator"),
         ),
         required_if=[("action", "commit", ("job_id", "attempt_id", "checksum"))],
+        required_one_of=[("db", "ledger")],
         supports_check_mode=True,
     )
     p = module.params
-    if not os.path.exists(p["db"]):
-        module.fail_json(msg="tracker database %s does not exist" % p["db"])
-    tr = Tracker(p["db"])
+    tr, where = open_for(module, p)
     try:
         ids = p["jobs"] or [j["job_id"] for j in tr.jobs()]
         if p["action"] == "query":
@@ -127,16 +145,17 @@ def main():
             for job_id in ids:
                 job = tr.job(job_id)
                 if job is None:
-                    module.fail_json(msg="job %s is not in tracker %s" % (job_id, p["db"]))
+                    module.fail_json(msg="job %s is not in tracker %s" % (job_id, where))
                 c = tr.commit_of(job_id)
                 rows.append(dict(job_id=job_id, job_class=job["job_class"], path=job["path"], state=job["state"],
-                                 attempts=len(tr.attempts(job_id)), committed_attempt=c["attempt_id"] if c else None))
+                                 attempts=len(tr.attempts(job_id)), committed_attempt=c["attempt_id"] if c else None,
+                                 marks=summary(tr.marks(job_id), c["attempt_id"] if c else None)))
             module.exit_json(changed=False, jobs=rows)
         if p["action"] == "trace":
             try:
-                module.exit_json(changed=False, traces=dict((j, tr.trace(j)) for j in ids))
+                module.exit_json(changed=False, traces=dict((j, dict(tr.trace(j), marks=tr.marks(j))) for j in ids))
             except TrackerError as exc:
-                module.fail_json(msg="trace in %s: %s" % (p["db"], exc))
+                module.fail_json(msg="trace in %s: %s" % (where, exc))
         existing = tr.commit_of(p["job_id"])
         if module.check_mode:
             ok = existing is None and tr.attempt(p["attempt_id"]) is not None

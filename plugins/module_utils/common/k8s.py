@@ -151,6 +151,7 @@ class Kube(object):
         self.apps = k8s_client.AppsV1Api(self.api_client)
         self.policy = k8s_client.PolicyV1Api(self.api_client)
         self.rbac = k8s_client.RbacAuthorizationV1Api(self.api_client)
+        self.coordination = k8s_client.CoordinationV1Api(self.api_client)
         self.version_api = k8s_client.VersionApi(self.api_client)
 
     # -- transport ---------------------------------------------------------------------

@@ -15,9 +15,9 @@ from ..common import k8s
 from . import carry, jobclass, stagers, trigger
 from .remote import UnsafeName, check_name
 from .k8s_backend import K8sCloudCluster, K8sLocalQueue
+from .ledger import LedgerBusy, open_ledger
 from .protocol import ACTIVE_STATES, J_FINISHED, Dispatcher
 from .slurm_backend import SlurmLocalQueue
-from .tracker import Tracker
 
 
 class RunError(ValueError):
@@ -138,8 +138,26 @@ def check_names(params):
         raise RunError(str(exc))
 
 
+def open_pass_ledger(params, actor):
+    """The ledger the settings name (ledger, else the SQLite file tracker_db), locked for this pass.
+    Returns (ledger, None), or (None, busy) when another pass holds it past ledger.wait_s."""
+    opts = dict(params.get("ledger") or {})
+    if (opts.get("kind") or "sqlite") == "sqlite" and not opts.get("path"):
+        opts["path"] = params.get("tracker_db")
+    try:
+        ledger = open_ledger(opts)
+    except (ValueError, k8s.K8sError) as exc:
+        raise RunError("ledger: %s" % exc)
+    try:
+        ledger.lock(actor, wait_s=float(opts.get("wait_s") or 0))
+    except LedgerBusy as exc:
+        ledger.close()
+        return None, {"holder": exc.holder, "renewed": exc.renewed, "reason": str(exc)}
+    return ledger, None
+
+
 def run(params):
-    """params: tracker_db, path, actor, job_classes, local_queue, cloud, storage, job_template,
+    """params: tracker_db or ledger, path, actor, job_classes, local_queue, cloud, storage, job_template,
     inputs (class -> input list), jobs (operator), action, faults, total_gpus, check_mode.
     Returns {"path", "results", "decisions", "snapshot", "staging"}."""
     path = params["path"]
@@ -159,7 +177,10 @@ def run(params):
     cloud = build_cloud(params["cloud"])
     stager = build_stager(params["storage"])
     apply_faults(stager, params.get("faults"))
-    tracker = Tracker(params["tracker_db"])
+    tracker, busy = open_pass_ledger(params, params.get("actor") or path)
+    if busy is not None:
+        out["busy"] = busy
+        return out
     try:
         dispatcher = Dispatcher(local, cloud, stager, tracker, path, actor=params.get("actor") or path,
                                 max_attempts=int(params.get("max_attempts") or 3))

@@ -5,10 +5,12 @@
 
 Local queue (on-prem cluster): the job ID is the Job name in one namespace. Holding sets
 `spec.suspend: true` (the field Kueue uses to keep a Job from starting) plus the annotation
-`hybridgpu.io/overflow-hold`, with the Job's resourceVersion as a precondition, so a Job that a
-scheduler touched in between is read again rather than overwritten. A Job with a pod bound to a
-node has started: hold answers ALREADY_STARTED and changes nothing. Withdraw keeps the Job,
-suspended, with `hybridgpu.io/overflow-withdrawn`, so the ID stays visible and never runs.
+`hybridgpu.io/overflow-hold` in one merge patch that carries the Job's resourceVersion as its
+precondition. A Job has started when a pod of it is bound to a node or running, or its status
+counts ready, succeeded or failed pods: hold then answers ALREADY_STARTED and changes nothing.
+The write lands only on the Job exactly as read (k8s_hold.py says how a race ends).
+Withdraw keeps the Job, suspended, with `hybridgpu.io/overflow-withdrawn`, so the ID stays
+visible and never runs.
 
 Cloud cluster: one Job per job ID, named by protocol.cloud_job_name and labelled with the job
 and attempt IDs. A create that gets no HTTP answer raises LostResponse when the request went
@@ -23,14 +25,13 @@ import json
 import time
 
 from ..common import k8s
-from . import backends
+from . import backends, k8s_hold
 from .jobbody import (GPU, GPU_PRODUCT, GPU_TYPE_ANNOTATION, REWRITES_ANNOTATION,  # noqa: F401 (names other modules read here)
                       build_job, job_body, product_label)
+from .k8s_hold import HOLD_ANNOTATION, WITHDRAWN_ANNOTATION
 from .protocol import ANNOTATION_JOB_ID, LABEL_ATTEMPT, LABEL_JOB, cloud_job_name
 from .trigger import QueueJob, QueueSnapshot
 
-HOLD_ANNOTATION = "hybridgpu.io/overflow-hold"
-WITHDRAWN_ANNOTATION = "hybridgpu.io/overflow-withdrawn"
 CLASS_LABEL = "hybridgpu.io/job-class"
 DEADLINE_ANNOTATION = "hybridgpu.io/deadline"
 # The line the upload step (upload_step.py) prints once the job's output is in cloud storage.
@@ -88,12 +89,12 @@ class K8sLocalQueue(backends.LocalQueue):
     def ensure_namespace(self):
         return self.kube.ensure_namespace(self.ns)
 
-    def enqueue(self, job_id, job_class, command, gpus=1, gpu_type=None, deadline=None, env=None):
-        """Submit a job to the local queue (what a user does); returns the created Job."""
+    def enqueue(self, job_id, job_class, command, gpus=1, gpu_type=None, deadline=None, env=None, suspend=False):
+        """Submit a job to the local queue (what a user does; suspend: queued the way Kueue queues it)."""
         ann = {DEADLINE_ANNOTATION: "%d" % deadline} if deadline else None
         body = build_job(job_id, self.ns, command, gpus=gpus, gpu_type=gpu_type, env=env,
                          labels={CLASS_LABEL: job_class}, annotations=ann,
-                         node_selector=self.node_selector, tolerations=self.tolerations)
+                         node_selector=self.node_selector, tolerations=self.tolerations, suspend=suspend)
         return self.kube.create_job(self.ns, body)
 
     def _pods(self, job_id):
@@ -104,34 +105,11 @@ class K8sLocalQueue(backends.LocalQueue):
         return any((p.get("spec") or {}).get("nodeName") or (p.get("status") or {}).get("phase") == "Running"
                    for p in pods)
 
+    def between_read_and_write(self, job_id, job):
+        """Called after the hold judged the Job not started and before its write (a seam for tests)."""
+
     def hold(self, job_id, attempts=5):
-        for dummy in range(attempts):
-            job = self.kube.get_job(self.ns, job_id)
-            if job is None:
-                return backends.GONE
-            ann = job["metadata"].get("annotations") or {}
-            if WITHDRAWN_ANNOTATION in ann:
-                return backends.GONE
-            if _cond(job, "Complete") or _cond(job, "Failed"):
-                return backends.ALREADY_STARTED
-            if (job.get("spec") or {}).get("suspend") and HOLD_ANNOTATION in ann:
-                return backends.HELD
-            if self._started(self._pods(job_id)):
-                return backends.ALREADY_STARTED
-            patch = {"metadata": {"resourceVersion": job["metadata"]["resourceVersion"],
-                                  "annotations": {HOLD_ANNOTATION: "%d" % time.time()}},
-                     "spec": {"suspend": True}}
-            try:
-                self.kube.patch_job(self.ns, job_id, patch, patch_type="merge")
-            except k8s.K8sError as err:
-                if err.conflict:
-                    continue        # changed under us (a scheduler bound it?): read again
-                if err.not_found:
-                    return backends.GONE
-                raise
-            return backends.HELD
-        raise k8s.K8sError("hold job %s/%s" % (self.ns, job_id), message="still conflicting after %d tries"
-                           % attempts)
+        return k8s_hold.hold(self, job_id, attempts)
 
     def release(self, job_id):
         job = self.kube.get_job(self.ns, job_id)

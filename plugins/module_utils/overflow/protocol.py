@@ -21,6 +21,7 @@ import re
 import uuid
 
 from . import backends
+from .ledger import summary
 
 PATHS = ("operator", "policy")
 
@@ -93,7 +94,7 @@ class Dispatcher(object):
         job = self.tracker.job(job_id)
         return {"job_id": job_id, "path": self.path, "outcome": outcome, "reason": reason,
                 "state": job["state"] if job else None, "attempt_id": attempt_id,
-                "cloud_name": cloud_job_name(job_id)}
+                "cloud_name": cloud_job_name(job_id), "marks": summary(self.tracker.marks(job_id), attempt_id)}
 
     def _current_attempt(self, job_id):
         attempts = self.tracker.attempts(job_id)
@@ -141,6 +142,7 @@ class Dispatcher(object):
             self.tracker.set_job_state(job_id, J_GONE)
             return self._result(job_id, "abandoned", "local entry is gone", attempt_id)
         self.tracker.set_job_state(job_id, J_HELD)
+        self.tracker.mark(job_id, attempt_id, "dispatch", path=self.path)
         return self._stage_and_submit(job_id, attempt_id)
 
     def step(self, job_id):
@@ -214,6 +216,10 @@ class Dispatcher(object):
             # The cloud runs another attempt than the one we recorded last: follow the cloud.
             self._adopt(job_id, att["attempt_id"], cj)
             att = self._current_attempt(job_id)
+        if cj.phase == backends.RUNNING:
+            self.tracker.mark(job_id, cj.attempt_id, "start", path=self.path)
+        elif cj.phase in (backends.SUCCEEDED, backends.FAILED):
+            self.tracker.mark(job_id, cj.attempt_id, "end", path=self.path)
         if cj.phase in backends.LIVE_PHASES or cj.phase == backends.TERMINATING:
             return self._result(job_id, "running", "cloud Job is %s" % cj.phase, cj.attempt_id)
         if cj.phase == backends.FAILED:
@@ -287,6 +293,7 @@ class Dispatcher(object):
                 self.tracker.set_attempt(attempt_id, state="failed", ended=True)
                 return self._release(job_id, attempt_id, "image %s could not be cached on the cloud pool in %d tries"
                                      % (image.get("name"), self.max_transfer_tries))
+        self.tracker.mark(job_id, attempt_id, "transfer_in", path=self.path)
         return self._submit(job_id, attempt_id, spec)
 
     def _submit(self, job_id, attempt_id, spec):
@@ -336,6 +343,7 @@ class Dispatcher(object):
         self.tracker.start_attempt(job_id, attempt_id)
         self._log(job_id, attempt_id, "retry", "started", {"after": failed_attempt, "why": why})
         self.tracker.set_job_state(job_id, J_HELD)
+        self.tracker.mark(job_id, attempt_id, "dispatch", path=self.path)
         return self._stage_and_submit(job_id, attempt_id)
 
     def _return_failures(self, job_id, attempt_id):
@@ -356,6 +364,7 @@ class Dispatcher(object):
                           {"expected": cj.output_checksum, "got": got["checksum"], "ref": got["ref"]})
                 continue
             self._log(job_id, attempt_id, "fetch_outputs", "verified", got)
+            self.tracker.mark(job_id, attempt_id, "return", path=self.path)
             verdict = self.tracker.commit(job_id, attempt_id, got["checksum"], self.actor, output_ref=got["ref"],
                                           verified_at=self.tracker.clock())
             if not verdict["committed"] and verdict["existing_attempt_id"] is None:

@@ -7,9 +7,13 @@ Every attempt keeps its log; cloud resources are marked released or returned to 
 """
 from __future__ import annotations
 
+import fcntl
 import json
+import os
 import sqlite3
 import time
+
+from .ledger import LedgerBusy, MarksMixin
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
@@ -74,8 +78,8 @@ class TrackerError(Exception):
     """Misuse of the tracker (unknown job or attempt, bad state)."""
 
 
-class Tracker(object):
-    """SQLite-backed tracker. `clock` returns seconds (injectable for simulations)."""
+class Tracker(MarksMixin):
+    """SQLite-backed tracker (the single-host ledger). `clock` returns seconds (injectable for simulations)."""
 
     def __init__(self, path, clock=time.time):
         self.path = path
@@ -89,7 +93,43 @@ class Tracker(object):
         self.db.executescript(SCHEMA)
 
     def close(self):
+        self.unlock()
         self.db.close()
+
+    # -- the pass lock (a lock file next to the database) ---------------------------------------
+    def lock(self, holder=None, wait_s=0.0, poll_s=1.0):
+        """One dispatch pass at a time on this host: an exclusive lock on <db>.lock, waiting up to wait_s.
+        Raises LedgerBusy naming the holder written in the lock file."""
+        if self.path == ":memory:" or getattr(self, "_lock_fh", None):
+            return True
+        fh = open(self.path + ".lock", "a+")
+        deadline = time.monotonic() + float(wait_s or 0)
+        while True:
+            try:
+                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except OSError:
+                if time.monotonic() >= deadline:
+                    fh.seek(0)
+                    who = fh.read().strip() or "unknown"
+                    fh.close()
+                    raise LedgerBusy("another dispatch pass holds %s.lock (%s); this pass waited %ss and changed "
+                                     "nothing" % (self.path, who, wait_s or 0), holder=who)
+                time.sleep(poll_s)
+        fh.seek(0)
+        fh.truncate()
+        fh.write("%s pid %d since %s\n" % (holder or "dispatcher", os.getpid(),
+                                           time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())))
+        fh.flush()
+        self._lock_fh = fh
+        return True
+
+    def unlock(self):
+        fh = getattr(self, "_lock_fh", None)
+        if fh is not None:
+            self._lock_fh = None
+            fcntl.flock(fh, fcntl.LOCK_UN)
+            fh.close()
 
     # -- jobs and attempts --------------------------------------------------------------------
 

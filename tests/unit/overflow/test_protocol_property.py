@@ -6,10 +6,19 @@ After the faults stop and the world settles: every job is finished (committed on
 local queue and run there, and its trace explains it; a committed job's checksum is that of the
 output its committed attempt really wrote, and so is the copy that landed on-prem.
 
-Schedules per run: HGPU_PROTOCOL_SCHEDULES (default 2000, about 20 s; ``make soak`` runs 10,000).
+It runs against both ledgers: the SQLite tracker, and the Kubernetes ledger (ledger_k8s) over the
+in-memory double of the API (ledger_world.FakeObjects: 409 on a second create and on a stale
+resourceVersion; test_ledger_k8s holds it to the emulator's answers) and, for a few short schedules,
+over the API emulator on loopback (HTTPS, official client; about 45 ms a call here, so a full
+schedule takes close to a minute). Each schedule has its own object name prefix.
+Schedules per run: HGPU_PROTOCOL_SCHEDULES for SQLite (default 2000, about 20 s; ``make soak`` runs
+10,000), HGPU_PROTOCOL_K8S_SCHEDULES for the double (default 300) and
+HGPU_PROTOCOL_K8S_EMULATOR_SCHEDULES for the emulator (default 1, of at most 40 moves).
 The count is part of the test id, and the test fails when fewer schedules ran.
 """
+import itertools
 import os
+import uuid
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -17,15 +26,22 @@ from hypothesis import strategies as st
 
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow import backends
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow import protocol
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow.ledger_k8s import K8sLedger
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow.ledger_kube import KubeObjects
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow.protocol import Dispatcher
 
-from ovf_world import INPUTS, Ids, World
+from ledger_world import Emulator, FakeObjects
+from ovf_world import INPUTS, Clock, Ids, World
 
 IMAGE = {"name": "overflow-job.tar"}
 
 JOBS = ["job-a", "job-b"]
 MAX_ATTEMPTS = 3
 SCHEDULES = int(os.environ.get("HGPU_PROTOCOL_SCHEDULES", "2000"))
+K8S_SCHEDULES = int(os.environ.get("HGPU_PROTOCOL_K8S_SCHEDULES", "300"))
+EMULATOR_SCHEDULES = int(os.environ.get("HGPU_PROTOCOL_K8S_EMULATOR_SCHEDULES", "1"))
+# the ledger each schedule gets (None: the World's own SQLite tracker in memory)
+LEDGER = {"factory": None}
 
 job = st.sampled_from(JOBS)
 action = st.one_of(
@@ -43,6 +59,9 @@ action = st.one_of(
 class Sim(object):
     def __init__(self):
         self.world = World(max_attempts=MAX_ATTEMPTS)
+        if LEDGER["factory"] is not None:
+            self.world.tracker.close()
+            self.world.tracker = self.world.disp.tracker = LEDGER["factory"]()
         ids = Ids()
         self.world.disp.new_id = ids
         self.operator = Dispatcher(self.world.local, self.world.cloud, self.world.stager, self.world.tracker, "operator",
@@ -161,8 +180,6 @@ class Sim(object):
 RAN = []
 
 
-@settings(max_examples=SCHEDULES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(actions=st.lists(action, min_size=20, max_size=120), data=st.data())
 def one_schedule(actions, data):
     RAN.append(1)
     sim = Sim()
@@ -180,8 +197,42 @@ def one_schedule(actions, data):
         sim.world.tracker.close()
 
 
+def run_schedules(count, max_moves=120):
+    del RAN[:]
+    settings(max_examples=count, deadline=None, suppress_health_check=[HealthCheck.too_slow])(
+        given(actions=st.lists(action, min_size=20, max_size=max_moves), data=st.data())(one_schedule))()
+    assert len(RAN) >= count, "only %d of %d schedules ran" % (len(RAN), count)
+
+
 @pytest.mark.parametrize("schedules", [SCHEDULES], ids=["%d-schedules" % SCHEDULES])
 def test_random_fault_schedules_keep_exactly_once(schedules):
-    del RAN[:]
-    one_schedule()
-    assert len(RAN) >= schedules, "only %d of %d schedules ran" % (len(RAN), schedules)
+    LEDGER["factory"] = None
+    run_schedules(schedules)
+
+
+def use_k8s_ledger(objects):
+    count = itertools.count()
+    LEDGER["factory"] = lambda: K8sLedger(objects, objects.ns, prefix="s%d" % next(count), clock=Clock())
+
+
+@pytest.mark.parametrize("schedules", [K8S_SCHEDULES], ids=["k8s-double-%d-schedules" % K8S_SCHEDULES])
+def test_random_fault_schedules_keep_exactly_once_on_the_k8s_ledger(schedules):
+    use_k8s_ledger(FakeObjects())
+    try:
+        run_schedules(schedules)
+    finally:
+        LEDGER["factory"] = None
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("schedules", [EMULATOR_SCHEDULES], ids=["k8s-emulator-%d-schedules" % EMULATOR_SCHEDULES])
+def test_random_fault_schedules_keep_exactly_once_on_the_k8s_ledger_in_the_emulator(tmp_path, schedules):
+    emu = Emulator(tmp_path)
+    ns = "ledger-%s" % uuid.uuid4().hex[:6]
+    emu.kube().ensure_namespace(ns)
+    use_k8s_ledger(KubeObjects(emu.kube(), ns))
+    try:
+        run_schedules(schedules, max_moves=40)
+    finally:
+        LEDGER["factory"] = None
+        emu.stop()
