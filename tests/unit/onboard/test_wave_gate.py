@@ -274,3 +274,24 @@ def test_onboard_stops_every_node_on_an_unsigned_boundary(people, tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert list(tmp_path.glob("ran-*")) == []
     assert proc.stdout.count("STOPPED node-") == 3 and "boundary: " in proc.stdout
+
+
+def test_the_wave_record_names_the_stopped_nodes(tmp_path):
+    root = tmp_path / "records"
+    (root / "w1").mkdir(parents=True)
+    (root / "w1" / "preflight.json").write_text(json.dumps(clean_record()))
+    (root / "w1" / "gate.json").write_text(json.dumps({"admitted": ["node-a"], "stopped": {
+        "node-b": "hold:air_gapped: held by preflight: air_gapped (no permitted outbound path)"}}))
+    inventory = {"all": {"children": {"w1": {"hosts": {"node-a": {}, "node-b": {}}}},
+                         "vars": {"ansible_connection": "local", "ansible_python_interpreter": sys.executable,
+                                  "hgpu_records_dir": str(root)}}}
+    (tmp_path / "hosts.yml").write_text(yaml.safe_dump(inventory))
+    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"), ANSIBLE_NOCOLOR="1")
+    proc = subprocess.run([os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i",
+                           str(tmp_path / "hosts.yml"), "-e", "wave=w1", os.path.join(ROOT, "playbooks", "wave_record.yml")],
+                          capture_output=True, text=True, env=env, timeout=180, check=False, cwd=ROOT)
+    wave = json.loads((root / "validation" / "w1" / "wave.json").read_text())
+    assert proc.returncode != 0 and "gate" in wave["failed_stages"], proc.stdout
+    assert wave["stages"]["gate"]["detail"] == (
+        "stopped before any change: node-b: hold:air_gapped: held by preflight: air_gapped (no permitted outbound path)")
+    assert "stopped before any change: node-b" in (root / "validation" / "w1" / "wave.html").read_text()
