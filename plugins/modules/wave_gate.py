@@ -174,11 +174,12 @@ def _verify(params, item, now):
                              % (", ".join(unknown) or "none")])
     text = approval.read_text(item["record_path"], "record") if item.get("record_path") else item["record_text"]
     record = approval.parse_record(text, item.get("record_path") or "record_text")
-    targets = [n for n in record["targets"] if n in params["nodes"]]
-    if not targets:
+    if not set(record["targets"]) & set(params["nodes"]):
         raise ApprovalError(["targets: the record names none of this run's nodes"], record["change_id"])
+    # Checked and claimed for all its targets, so the members play, every onboarding batch and a
+    # rerun claim the same entry (the same run again) while only this run's nodes are judged.
     args = dict(item, boundary=params["boundary"], boundary_signers=params.get("boundary_signers"),
-                action=gate.ACTION, playbook=gate.PLAYBOOK, targets=targets, executor=params.get("executor"),
+                action=gate.ACTION, playbook=gate.PLAYBOOK, targets=list(record["targets"]), executor=params.get("executor"),
                 awx_user=params.get("awx_user"), ledger_dir=None)
     return approval.gate(args, now=now)
 

@@ -157,7 +157,7 @@ def test_a_signed_override_lets_its_node_past_once_and_is_audited(people, tmp_pa
     assert [(e["action"], e["target"], e["change_id"], e["details"]["finding"]) for e in events] == [
         ("hold_override", "node-b", "CHG-OVR-1", "hold:air_gapped")]
     # The same run again resumes; a different run with the same change id is refused.
-    again = wave_gate.run(params(people, tmp_path, held_record(), overrides=[item]), False)
+    again = wave_gate.run(params(people, tmp_path, held_record(), overrides=[item], nodes=["node-b", "node-c"]), False)
     assert decisions(again)["node-b"] == "overridden" and not again["changed"]
     refused = wave_gate.run(params(people, tmp_path, held_record(), overrides=[override(
         people, tmp_path, targets=("node-b", "node-a"))]), False)
