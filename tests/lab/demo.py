@@ -192,7 +192,7 @@ def main():
         "remove_boundary=%s" % boundary, "change_record_path=%s" % removal)
     # The rehearsal proved the exit; the node joins again so the estate stays whole.
     results["onboard the spare again"] = playbook(
-        "reonboard", "onboard.yml", "onboard_wave=%s" % args.spare)
+        "reonboard", "onboard.yml", "onboard_wave=%s" % args.spare, "onboard_wave_name=wave1")
 
     results["overflow drill"] = playbook(
         "overflow-drill", "overflow_drill.yml", "overflow_drill_min_runs=%s" % args.drill_runs,

@@ -63,6 +63,9 @@ RECORD_SPEC = s.Map({
     "targets": s.Field(s.ListOf(s.Str(), min_items=1, unique=True)),
     # The member a revoke_member record revokes; required for that action.
     "member": s.Field(s.Str(), required=False),
+    # The preflight findings a hold_override record lets its targets past (finding ids as the
+    # onboarding gate names them, e.g. hold:air_gapped); required for that action.
+    "overrides": s.Field(s.ListOf(s.Str(), min_items=1, unique=True), required=False),
     "window": s.Field(s.Map({
         "start": s.Field(s.Custom(_aware_time)),
         "end": s.Field(s.Custom(_aware_time)),
@@ -89,6 +92,8 @@ def parse_record(text, filename="change record"):
         errors.append("%s: window.end: is not after window.start" % filename)
     if not errors and doc["action"] == "revoke_member" and not doc.get("member"):
         errors.append("%s: member: is required for action revoke_member (the member it revokes)" % filename)
+    if not errors and doc["action"] == "hold_override" and not doc.get("overrides"):
+        errors.append("%s: overrides: is required for action hold_override (the findings it overrides)" % filename)
     if errors:
         cid = data.get("change_id") if isinstance(data, dict) else None
         raise ApprovalError(errors, cid)
@@ -205,6 +210,7 @@ def check(boundary, record_text, signature_text, action, targets, now=None, exec
         "member": record.get("member"),
         # What the verified boundary lists for the member (revoke_member revokes exactly this).
         "member_access": access,
+        "overrides": record.get("overrides"),
         "approver": approver,
         "requester": record["requester"],
         "executor": executor,

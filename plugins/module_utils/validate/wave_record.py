@@ -57,7 +57,7 @@ def write_node_record(folder, record, check_mode=False):
 
 
 def build_wave_record(wave, group, node_records, stages=None, run=None):
-    """node_records: the per-node records (as written). stages: {preflight|onboard|validate:
+    """node_records: the per-node records (as written). stages: {preflight|gate|onboard|validate:
     {status, detail}}. The wave passes when every stage passed and every node validated."""
     nodes = []
     for rec in sorted(node_records, key=lambda r: r["node"]):
@@ -85,7 +85,7 @@ def render_wave_html(record, node_records=None):
                "passed" if record["passed"] else "failed"),
            "<p><small>run %s</small></p>" % html_text(", ".join("%s=%s" % (k, record["run"][k]) for k in sorted(record["run"]))),
            "<h2>Stages</h2><table><tr><th>Stage</th><th>Status</th><th>Detail</th></tr>"]
-    for name in ("preflight", "onboard", "validate"):
+    for name in ("preflight", "gate", "onboard", "validate"):
         stage = record["stages"].get(name)
         if stage is None:
             continue
