@@ -65,8 +65,13 @@ def setup(lab_lock, tmp_path_factory):
         fh.write(ssh(NODE, "cat /var/lib/kubelet/pki/kubelet-client-current.pem").stdout)
     os.chmod(cert, 0o600)
     yield {"tmp": tmp, "appr": appr, "rec": str(rec), "key": key, "pub": pub, "cert": cert, "manifest": doc}
-    # leave the lab as found: the key gone, the node joined again
+    # leave the lab as found: the key gone, the node joined again. The removal ran on a copy
+    # of the manifest; the one in records/ lists what it removed, so it goes aside first, as
+    # a removal's finish moves it (the re-onboarding records the standalone node afresh).
     ssh(NODE, "sed -i '/hgpu-removal-test/d' /root/.ssh/authorized_keys", check=False)
+    main = os.path.join(ROOT, "records", "manifests", NODE + ".json")
+    if os.path.exists(main):
+        os.replace(main, str(tmp / (NODE + ".manifest-before-removal.json")))
     res = playbook("onboard.yml", "--limit", NODE, timeout=1200)
     assert res.returncode == 0, "re-onboarding %s failed:\n%s" % (NODE, res.out[-5000:])
 
