@@ -16,6 +16,12 @@ description:
     deletes the token Secret, which revokes the token.
   - V(token_refused) tries the kept token against O(server) and succeeds only on 401.
   - V(placement_removed) removes the given labels and taints when the Node still exists.
+  - V(csr_deleted) deletes a CertificateSigningRequest of the node's join (O(name)).
+  - V(bootstrap_token_deleted) deletes a bootstrap token Secret C(kube-system/<name>) of the
+    node's join, which revokes the token (the join deletes it already; this catches one left).
+  - The client certificate the join issued cannot be revoked through the API; it stays valid
+    until it expires. The removal records its serial and expiry as residual validity and
+    removes every copy of its key from the node (C(kubeadm reset)).
 extends_documentation_fragment:
   - hybridgpu.fleet.attributes
   - hybridgpu.fleet.k8s_auth
@@ -24,9 +30,9 @@ options:
     description: What to make true.
     type: str
     required: true
-    choices: [node_deleted, secret_revoked, token_refused, placement_removed]
+    choices: [node_deleted, secret_revoked, token_refused, placement_removed, csr_deleted, bootstrap_token_deleted]
   name:
-    description: Node name (or Secret name with V(secret_revoked)).
+    description: Node name (or the Secret or CSR name with V(secret_revoked), V(csr_deleted), V(bootstrap_token_deleted)).
     type: str
     required: true
   namespace:
@@ -56,12 +62,12 @@ options:
     description:
       - The removal state written by M(hybridgpu.fleet.node_removal_state) after it verified the
         signed change record. Required to change anything (V(node_deleted), V(secret_revoked),
-        V(placement_removed) outside check mode) - the state must be for this node, unfinished,
-        and its approved remove must name the node in an open window; a Secret must be one the
-        onboarding manifest recorded.
+        V(placement_removed), V(csr_deleted), V(bootstrap_token_deleted) outside check mode) - the
+        state must be for this node, unfinished, and its approved remove must name the node in an
+        open window; a Secret or CSR must be one the onboarding manifest recorded.
     type: path
   node:
-    description: The node being removed (V(secret_revoked)); defaults to O(name).
+    description: The node being removed (V(secret_revoked), V(csr_deleted), V(bootstrap_token_deleted)); defaults to O(name).
     type: str
 attributes:
   check_mode:
@@ -103,10 +109,15 @@ from ansible_collections.hybridgpu.fleet.plugins.module_utils.common.k8s import 
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.common.k8s_module import K8sModule
 
 
+# the removal plan's list an object of each state must be in
+OBJECT_LISTS = {"secret_revoked": "secrets", "bootstrap_token_deleted": "bootstrap_tokens", "csr_deleted": "csrs"}
+
+
 def main():
     spec = dict(
         state=dict(type="str", required=True,
-                   choices=["node_deleted", "secret_revoked", "token_refused", "placement_removed"]),
+                   choices=["node_deleted", "secret_revoked", "token_refused", "placement_removed",
+                            "csr_deleted", "bootstrap_token_deleted"]),
         name=dict(type="str", required=True),
         namespace=dict(type="str", default="kube-system"),
         token_file=dict(type="path"),
@@ -137,11 +148,12 @@ def main():
             module.exit_json(changed=False, detail=detail)
         if not check:
             node = p["node"] or p["name"]
-            secret = (p["namespace"], p["name"]) if p["state"] == "secret_revoked" else None
+            kind = OBJECT_LISTS.get(p["state"])
+            secret = (p["namespace"] if kind != "csrs" else "", p["name"]) if kind else None
             if not p["removal_state"]:
                 raise rm.RemovalError("refused: %s changes the cluster only under a verified removal "
                                       "(removal_state, written by node_removal_state)" % p["state"])
-            rm.authorise(p["removal_state"], node, secret)
+            rm.authorise(p["removal_state"], node, secret, kind=kind or "secrets")
         kube = module.client()
         if p["state"] == "node_deleted":
             changed = rm.delete_node(kube, p["name"], check)
@@ -149,6 +161,12 @@ def main():
         elif p["state"] == "secret_revoked":
             changed = rm.revoke_secret(kube, p["namespace"], p["name"], p["token_file"], check)
             detail = "Secret deleted" if changed else "Secret already absent"
+        elif p["state"] == "csr_deleted":
+            changed = rm.delete_csr(kube, p["name"], check)
+            detail = "CSR deleted" if changed else "CSR already absent"
+        elif p["state"] == "bootstrap_token_deleted":
+            changed = rm.delete_bootstrap_token(kube, p["name"], check)
+            detail = "bootstrap token deleted" if changed else "bootstrap token already absent"
         else:
             changed = rm.strip_placement(kube, p["name"], p["labels"], p["taints"], check)
             detail = "labels/taints removed" if changed else "nothing to remove (or the Node is gone)"

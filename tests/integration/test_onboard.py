@@ -94,9 +94,9 @@ def test_nodes_ready_with_placement_from_the_matrix(onboarded):
 
 def test_node_side_state_and_manifest(onboarded):
     for name in WAVE:
-        res = ssh(name, "systemctl is-active hybridgpu-node-agent hybridgpu-gpu-exporter; "
+        res = ssh(name, "systemctl is-active kubelet hybridgpu-gpu-exporter; "
                         "nft list table inet hybridgpu >/dev/null && echo table-ok; "
-                        "stat -c %a /etc/hybridgpu/node-agent/kubeconfig; "
+                        "stat -c %a /etc/kubernetes/kubelet.conf; "
                         "systemctl show -p User -p NoNewPrivileges -p ProtectSystem hybridgpu-gpu-exporter")
         out = res.stdout.split()
         assert out[:2] == ["active", "active"] and "table-ok" in out and "600" in out, res.stdout
@@ -104,9 +104,10 @@ def test_node_side_state_and_manifest(onboarded):
         doc = manifest(name)
         kinds = dict((s, set((a["kind"], a.get("name") or a.get("path") or a.get("key")) for a in v["artefacts"]))
                      for s, v in doc["sections"].items())
-        assert ("api_object", "node-%s-token" % name) in kinds["join"]
-        assert ("file", "/etc/hybridgpu/node-agent/kubeconfig") in kinds["join"]
-        assert ("unit", "hybridgpu-node-agent.service") in kinds["join"]
+        assert ("file", "/etc/kubernetes/kubelet.conf") in kinds["join"]
+        assert ("file", "/var/lib/kubelet/pki/kubelet-client-current.pem") in kinds["join"]
+        assert ("unit", "kubelet.service") in kinds["join"] and ("package", "kubeadm") in kinds["join"]
+        assert doc["sections"]["join"]["facts"]["method"] == "kubeadm"
         assert ("nft_table", "hybridgpu") in kinds["host_firewall"]
         assert ("label", "node-restriction.kubernetes.io/data-class") in kinds["placement"]
         assert ("taint", "hybridgpu.io/owned") in kinds["placement"]
@@ -260,3 +261,61 @@ def test_node_exporter_answers_on_an_onboarded_node(lab):
             break
         time.sleep(1)
     assert value == "1", result
+
+
+def node_request(name, method, path, body=None):
+    """A request from the node with its own client certificate (the kubelet's credential)."""
+    code = ("import json,ssl,sys,urllib.request as u\n"
+            "ctx=ssl.create_default_context(cafile='/etc/kubernetes/pki/ca.crt')\n"
+            "ctx.load_cert_chain('/var/lib/kubelet/pki/kubelet-client-current.pem')\n"
+            "body=sys.argv[3].encode() if len(sys.argv)>3 else None\n"
+            "r=u.Request('https://10.213.77.1:6443'+sys.argv[2],data=body,method=sys.argv[1],"
+            "headers={'Content-Type':'application/merge-patch+json'})\n"
+            "try:\n    print(u.urlopen(r,context=ctx).status)\n"
+            "except u.HTTPError as e:\n    print(e.code)\n")
+    args = ["python3", "-c", code, method, path] + ([json.dumps(body)] if body is not None else [])
+    return podman_exec(name, *args).stdout.strip()
+
+
+def test_nodes_joined_with_kubeadm_and_approved_csrs(onboarded):
+    """The Node is backed by a CSR-signed client certificate; the join's CSRs were approved for
+    the join's bootstrap token only, each approval is in the audit trail, and the token, the
+    bootstrap kubeconfig and the JoinConfiguration are gone."""
+    k = kube()
+    audit = [json.loads(line) for line in open(os.path.join(ROOT, "records", "audit", "audit.jsonl"))]
+    approvals = dict((e["details"]["name"], e) for e in audit if e["action"] == "approve_csr")
+    for name in WAVE:
+        join = manifest(name)["sections"]["join"]
+        csrs = [a["name"] for a in join["artefacts"] if a.get("resource") == "certificatesigningrequests"]
+        tokens = [a["name"] for a in join["artefacts"] if a.get("name", "").startswith("bootstrap-token-")]
+        assert csrs and tokens, join
+        for csr_name in csrs:
+            csr = k.get_csr(csr_name)
+            spec = csr["spec"]
+            assert spec["signerName"] == "kubernetes.io/kube-apiserver-client-kubelet"
+            assert spec["username"] in ["system:bootstrap:" + t[len("bootstrap-token-"):] for t in tokens]
+            assert "Approved" in [c["type"] for c in csr["status"]["conditions"]] and csr["status"]["certificate"]
+            assert approvals[csr_name]["details"]["subject"] == {"cn": "system:node:" + name, "o": ["system:nodes"]}
+        for token in tokens:
+            assert k.get_secret("kube-system", token) is None
+        subject = ssh(name, "openssl x509 -noout -subject -serial -in /var/lib/kubelet/pki/kubelet-client-current.pem; "
+                            "ls /etc/kubernetes").stdout
+        assert "CN = system:node:%s" % name in subject and "O = system:nodes" in subject, subject
+        assert join["facts"]["client_certificate"]["serial"].upper() in subject
+        assert "bootstrap-kubelet.conf" not in subject and "hybridgpu-join.yaml" not in subject
+        assert node_request(name, "GET", "/api/v1/nodes/" + name) == "200"
+
+
+def test_node_credential_cannot_change_restricted_labels_or_taints(onboarded):
+    """NodeRestriction: the node's own certificate may not touch node-restriction.kubernetes.io/
+    labels or taints (the admin credential sets them), while it may patch a label of its own."""
+    before = kube().get_node(ONE)
+    path = "/api/v1/nodes/" + ONE
+    assert node_request(ONE, "PATCH", path, {"metadata": {"labels": {
+        "node-restriction.kubernetes.io/data-class": "public"}}}) == "403"
+    assert node_request(ONE, "PATCH", path, {"spec": {"taints": []}}) == "403"
+    assert node_request(ONE, "PATCH", path, {"metadata": {"labels": {"example.com/self": "yes"}}}) == "200"
+    after = kube().get_node(ONE)
+    assert after["metadata"]["labels"]["node-restriction.kubernetes.io/data-class"] == "restricted"
+    assert after["spec"].get("taints") == before["spec"].get("taints")
+    kube().patch_node(ONE, {"metadata": {"labels": {"example.com/self": None}}}, patch_type="merge")

@@ -1,6 +1,8 @@
 """Change-managed removal of owned-l40s-1 against the lab: refused change records
 stop before any change, an interrupted removal reports its phases and finishes on rerun,
-the node ends standalone with every credential path refused, a second run changes nothing,
+the node ends standalone with its kubeadm join reversed (Node, CSRs, bootstrap token, kubelet
+credentials and packages gone; the client certificate's residual validity recorded) and every
+credential path refused, a second run changes nothing,
 and a tampered line of the audit log the run wrote is detected. The node is RE-ONBOARDED at
 the end (onboard.yml limited to it), so the lab is left as it was found.
 
@@ -36,7 +38,7 @@ def assert_joined():
     assert node is not None, "%s must be joined to onprem (onboard.yml --limit %s)" % (NODE, NODE)
     ready = [c for c in node["status"].get("conditions", []) if c["type"] == "Ready"]
     assert ready and ready[0]["status"] == "True", ready
-    assert ssh(NODE, "systemctl is-active hybridgpu-node-agent", check=False).stdout.strip() == "active"
+    assert ssh(NODE, "systemctl is-active kubelet", check=False).stdout.strip() == "active"
 
 
 @pytest.fixture(scope="module")
@@ -57,11 +59,35 @@ def setup(lab_lock, tmp_path_factory):
                                           "public_key": pub, "private_key": key, "user": "root"}])
     mf.write(str(rec / "manifests" / (NODE + ".json")), doc)
     assert key_ssh(key).returncode == 0, "the test key must work before the removal"
-    yield {"tmp": tmp, "appr": appr, "rec": str(rec), "key": key, "pub": pub}
-    # leave the lab as found: the key gone, the node joined again
+    # a copy of the kubelet's client certificate and key, to retry the API with it afterwards
+    cert = str(tmp / "kubelet-client.pem")
+    with open(cert, "w") as fh:
+        fh.write(ssh(NODE, "cat /var/lib/kubelet/pki/kubelet-client-current.pem").stdout)
+    os.chmod(cert, 0o600)
+    yield {"tmp": tmp, "appr": appr, "rec": str(rec), "key": key, "pub": pub, "cert": cert, "manifest": doc}
+    # leave the lab as found: the key gone, the node joined again. The removal ran on a copy
+    # of the manifest; the one in records/ lists what it removed, so it goes aside first, as
+    # a removal's finish moves it (the re-onboarding records the standalone node afresh).
     ssh(NODE, "sed -i '/hgpu-removal-test/d' /root/.ssh/authorized_keys", check=False)
+    main = os.path.join(ROOT, "records", "manifests", NODE + ".json")
+    if os.path.exists(main):
+        os.replace(main, str(tmp / (NODE + ".manifest-before-removal.json")))
     res = playbook("onboard.yml", "--limit", NODE, timeout=1200)
     assert res.returncode == 0, "re-onboarding %s failed:\n%s" % (NODE, res.out[-5000:])
+
+
+def cert_status(cert, path):
+    """HTTP status of a GET with a client certificate (cert and key in one PEM file)."""
+    import ssl
+    import urllib.error
+    import urllib.request
+    ctx = ssl.create_default_context(cafile=os.path.join(ROOT, ".lab", "pki", "ca.crt"))
+    ctx.load_cert_chain(cert)
+    try:
+        with urllib.request.urlopen("https://10.213.77.1:6443" + path, context=ctx, timeout=10) as resp:
+            return resp.status
+    except urllib.error.HTTPError as err:
+        return err.code
 
 
 def remove(setup, record, *args, **extra):
@@ -127,18 +153,30 @@ def test_interrupted_removal_reports_and_finishes(setup):
 
     # standalone, every credential path refused (checked here too, not only in the playbook)
     assert kube().get_node(NODE) is None
-    assert kube().get_secret("kube-system", "node-%s-token" % NODE) is None
-    token = json.load(open(os.path.join(setup["rec"], "removals", NODE, "CHG-RM-LAB.revoked-token")))["token"]
-    from ansible_collections.hybridgpu.fleet.plugins.module_utils.common.k8s import K8sError, Kube
-    with pytest.raises(K8sError) as err:
-        Kube({"host": "https://10.213.77.1:6443", "api_key": token,
-              "ca_cert": os.path.join(ROOT, ".lab", "pki", "ca.crt")}, retries=0).get_node(NODE)
-    assert err.value.status == 401
+    join = setup["manifest"]["sections"]["join"]
+    csrs = [a["name"] for a in join["artefacts"] if a.get("resource") == "certificatesigningrequests"]
+    tokens = [a["name"] for a in join["artefacts"] if a.get("name", "").startswith("bootstrap-token-")]
+    assert csrs and tokens
+    assert all(kube().get_csr(n) is None for n in csrs)
+    assert all(kube().get_secret("kube-system", n) is None for n in tokens)
+    # the client certificate cannot be revoked: the API still authenticates it (404 for the
+    # deleted Node, not 401), so the record must state its serial and expiry, and no copy of
+    # its key may be left on the node
+    assert cert_status(setup["cert"], "/api/v1/nodes/" + NODE) == 404
+    serial = subprocess.run(["openssl", "x509", "-noout", "-serial", "-in", setup["cert"]], capture_output=True,
+                            text=True, check=True).stdout.strip().split("=")[1].lower()
+    events = [json.loads(x) for x in open(os.path.join(setup["rec"], "audit", "audit.jsonl"))]
+    residual = [e["details"]["residual_validity"] for e in events if e["action"] == "revoke_credential"]
+    assert residual and residual[0]["serial"] == serial, residual
+    assert residual[0]["not_after"] == join["facts"]["client_certificate"]["not_after"]
+    gone = ssh(NODE, "ls /etc/kubernetes/kubelet.conf /etc/kubernetes/pki /var/lib/kubelet 2>&1; "
+                     "dpkg-query -W -f='${db:Status-Abbrev}\\n' kubeadm kubelet 2>&1", check=False).stdout
+    assert gone.count("No such file") == 3 and "ii" not in gone, gone
     refused = key_ssh(setup["key"])
     assert refused.returncode != 0 and "Permission denied" in refused.stderr
-    out = ssh(NODE, "nft list tables; systemctl is-active hybridgpu-node-agent hybridgpu-gpu-exporter; "
+    out = ssh(NODE, "nft list tables; systemctl is-active kubelet hybridgpu-gpu-exporter; "
                     "ls /etc/hybridgpu /var/lib/hybridgpu; getent passwd hgpu-gpu-exporter; "
-                    "dpkg-query -W -f='${db:Status-Abbrev}' hybridgpu-node-agent; nvidia-smi -L | wc -l",
+                    "dpkg-query -W -f='${db:Status-Abbrev}' kubelet; nvidia-smi -L | wc -l",
               check=False).stdout
     assert "table inet hybridgpu\n" not in out
     assert "active\n" not in out.replace("inactive", "")

@@ -153,6 +153,7 @@ class Kube(object):
         self.rbac = k8s_client.RbacAuthorizationV1Api(self.api_client)
         self.coordination = k8s_client.CoordinationV1Api(self.api_client)
         self.version_api = k8s_client.VersionApi(self.api_client)
+        self.certificates = k8s_client.CertificatesV1Api(self.api_client)
 
     # -- transport ---------------------------------------------------------------------
     def call(self, action, fn, *args, retry_statuses=RETRY_STATUSES, **kwargs):
@@ -319,6 +320,27 @@ class Kube(object):
     def delete_secret(self, namespace, name):
         return self.call_or_none("delete secret %s/%s" % (namespace, name), self.core.delete_namespaced_secret,
                                  name, namespace) is not None
+
+    def list_csrs(self, field_selector=None):
+        return self.call("list certificatesigningrequests", self.certificates.list_certificate_signing_request,
+                         **_selectors(None, field_selector)).get("items") or []
+
+    def get_csr(self, name):
+        return self.call_or_none("get certificatesigningrequest %s" % name,
+                                 self.certificates.read_certificate_signing_request, name)
+
+    def approve_csr(self, csr, reason, message):
+        """Add the Approved condition (the /approval subresource, as kubectl certificate approve)."""
+        body = dict(csr, status=dict(csr.get("status") or {}, conditions=list(
+            (csr.get("status") or {}).get("conditions") or []) + [{
+                "type": "Approved", "status": "True", "reason": reason, "message": message}]))
+        return self.call("approve certificatesigningrequest %s" % csr["metadata"]["name"],
+                         self.certificates.replace_certificate_signing_request_approval,
+                         csr["metadata"]["name"], body)
+
+    def delete_csr(self, name):
+        return self.call_or_none("delete certificatesigningrequest %s" % name,
+                                 self.certificates.delete_certificate_signing_request, name) is not None
 
     def list_pdbs(self, namespace=None):
         if namespace:

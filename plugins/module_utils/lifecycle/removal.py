@@ -61,6 +61,17 @@ def nft_tables_in(ruleset):
     return tables
 
 
+def _api_list(art, node):
+    """The plan's list an API object of the manifest goes to."""
+    if art["resource"] == "secrets":
+        return "bootstrap_tokens" if art["name"].startswith("bootstrap-token-") else "secrets"
+    lists = {"nodes": "nodes", "certificatesigningrequests": "csrs"}
+    if art["resource"] not in lists:
+        raise RemovalError("manifest of %s, section %s: removal does not know how to delete "
+                           "%s %s" % (node, art["section"], art["resource"], art["name"]))
+    return lists[art["resource"]]
+
+
 def plan(doc):
     """What each phase removes or restores, from a manifest document."""
     if not doc or not doc.get("node"):
@@ -75,29 +86,26 @@ def plan(doc):
     arts = mf.artefacts(doc)
     out = {
         "node": node,
-        "nodes": [], "secrets": [], "keys": [], "units": [], "files": [], "packages": [],
+        "nodes": [], "secrets": [], "bootstrap_tokens": [], "csrs": [], "keys": [], "units": [], "files": [], "packages": [],
         "users": [], "groups": [], "directories": [], "nft_tables": [], "provider_rules": [],
         "labels": [], "taints": [],
         "restore": {"packages": sorted(p for p, v in pre_pkgs.items() if v),
                     "units": sorted(pre.get("active_units") or []),
                     "nft_tables": []},
-        "server": None, "cluster": None,
+        "server": None, "cluster": None, "join": {},
     }
     for sec in (doc.get("sections") or {}).values():
         facts = sec.get("facts") or {}
         if facts.get("server") and not out["server"]:
             out["server"], out["cluster"] = facts["server"], facts.get("cluster")
+        if facts.get("method"):
+            out["join"] = {"method": facts["method"], "reset_command": facts.get("reset_command") or [],
+                           "client_certificate": facts.get("client_certificate") or {}}
     for art in arts:
         kind = art["kind"]
         if kind == "api_object":
-            ref = {"cluster": art["cluster"], "namespace": art.get("namespace") or "", "name": art["name"]}
-            if art["resource"] == "nodes":
-                out["nodes"].append(ref)
-            elif art["resource"] == "secrets":
-                out["secrets"].append(ref)
-            else:
-                raise RemovalError("manifest of %s, section %s: removal does not know how to delete "
-                                   "%s %s" % (node, art["section"], art["resource"], art["name"]))
+            out[_api_list(art, node)].append(
+                {"cluster": art["cluster"], "namespace": art.get("namespace") or "", "name": art["name"]})
         elif kind == "key":
             out["keys"].append({k: art.get(k) for k in ("path", "public_key", "private_key", "user")})
         elif kind == "unit":
@@ -244,13 +252,14 @@ def summary(report):
         ", ".join(report["done"]) or "none", ", ".join(report["pending"]) or "none", report["path"])
 
 
-def authorise(state_path, node, secret=None, now=None):
+def authorise(state_path, node, secret=None, now=None, kind="secrets"):
     """Refuse an API change that no verified, open removal covers.
 
     ``state_path`` is the removal state node_removal_state wrote after it verified the signed
     change record; it must be for ``node``, unfinished, its approval must be a remove of
-    ``node`` whose window is still open, and a Secret (``secret``: namespace, name) must be one
-    the node's manifest recorded. Raises RemovalError naming what is missing."""
+    ``node`` whose window is still open, and an object (``secret``: namespace, name; ``kind`` the
+    plan's list it must be in: secrets, bootstrap_tokens or csrs) must be one the node's
+    manifest recorded. Raises RemovalError naming what is missing."""
     now = now or datetime.datetime.now(datetime.timezone.utc)
     try:
         with open(state_path, encoding="utf-8") as fh:
@@ -278,9 +287,10 @@ def authorise(state_path, node, secret=None, now=None):
     if closed:
         problems.append("the change window closed at %s" % (end or "an unknown time"))
     if secret is not None and not problems:
-        known = [(s["namespace"], s["name"]) for s in plan(doc.get("manifest") or {})["secrets"]]
+        known = [(s["namespace"], s["name"]) for s in plan(doc.get("manifest") or {})[kind]]
         if tuple(secret) not in known:
-            problems.append("Secret %s/%s is not one the onboarding manifest recorded" % tuple(secret))
+            label = {"secrets": "Secret", "bootstrap_tokens": "bootstrap token Secret"}.get(kind, "CSR")
+            problems.append("%s %s/%s is not one the onboarding manifest recorded" % ((label,) + tuple(secret)))
     if problems:
         raise RemovalError("refused: %s (state %s)" % ("; ".join(problems), state_path))
     return doc
@@ -356,3 +366,17 @@ def strip_placement(kube, name, labels, taints, check_mode=False):
             patch["spec"] = {"taints": keep or None}
         kube.patch_node(name, patch, patch_type="merge")
     return True
+
+
+def delete_csr(kube, name, check_mode=False):
+    """Delete a CertificateSigningRequest of the join. Returns changed."""
+    if kube.get_csr(name) is None:
+        return False
+    return True if check_mode else kube.delete_csr(name)
+
+
+def delete_bootstrap_token(kube, name, check_mode=False):
+    """Delete a bootstrap token Secret (kube-system), which revokes the token. Returns changed."""
+    if kube.get_secret("kube-system", name) is None:
+        return False
+    return True if check_mode else kube.delete_secret("kube-system", name)

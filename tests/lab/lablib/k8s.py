@@ -185,6 +185,11 @@ def start_emulator(cluster):
            "--port", str(config.CLUSTERS[cluster]["port"]),
            "--cert", cert, "--key", key,
            "--token-file", os.path.join(d, "tokens.csv"),
+           # node identity as kubeadm clusters have it: client certificates signed by the
+           # cluster CA, the CSR signer with that CA, cluster-info for kubeadm discovery
+           "--client-ca-file", ca_path(),
+           "--cluster-signing-cert-file", ca_path(),
+           "--cluster-signing-key-file", config.path("pki", "ca.key"),
            "--node-grace", os.environ.get("HGPU_LAB_NODE_GRACE", "20"),
            "--version", config.CLUSTERS[cluster]["version"],
            "--log-file", os.path.join(d, "emulator.log")]

@@ -10,6 +10,7 @@ DEBS = {
     "nvidia-driver-535_535.230.02-1_all.deb", "nvidia-driver-535_535.247.01-1_all.deb",
     "nvidia-driver-550_550.163.01-1_all.deb", "nvidia-driver-570_570.172.08-1_all.deb",
     "nccl-tests_2.13.11-1_all.deb", "hybridgpu-node-agent_0.1.0-1_all.deb",
+    "kubeadm_1.30.4-1.1_all.deb", "kubelet_1.30.4-1.1_all.deb",
 }
 
 
@@ -62,6 +63,15 @@ def test_nccl_and_agent_packages(repo):
     # The unit must not be enabled or started by the package itself.
     ctrl = subprocess.run(["dpkg-deb", "-I", str(deb)], capture_output=True, text=True, check=True).stdout
     assert "postinst" not in ctrl
+
+
+def test_kubeadm_and_kubelet_packages(repo):
+    kubeadm = _contents(repo / "kubeadm_1.30.4-1.1_all.deb")
+    assert kubeadm["./usr/bin/kubeadm"] == "-rwxr-xr-x"
+    assert "./lib/systemd/system/kubelet.service.d/10-kubeadm.conf" in kubeadm
+    assert "Depends: python3, openssl, kubelet" in _info(repo / "kubeadm_1.30.4-1.1_all.deb")
+    kubelet = _contents(repo / "kubelet_1.30.4-1.1_all.deb")
+    assert kubelet["./usr/bin/kubelet"] == "-rwxr-xr-x" and "./lib/systemd/system/kubelet.service" in kubelet
 
 
 def test_rebuild_skipped_and_deterministic(tmp_path, build_module):

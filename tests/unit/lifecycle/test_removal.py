@@ -46,6 +46,47 @@ def test_plan_removes_only_what_onboarding_added():
     assert p["labels"] == ["hybridgpu.io/side"]
 
 
+def kubeadm_doc():
+    d = manifest.merge(None, "n1", pre_onboarding=dict(PRE, packages={"kubeadm": None, "kubelet": None}))
+    return manifest.merge(d, "n1", "join", [
+        {"kind": "api_object", "cluster": "onprem", "api_version": "v1", "resource": "nodes", "namespace": "", "name": "n1"},
+        {"kind": "api_object", "cluster": "onprem", "api_version": "v1", "resource": "secrets",
+         "namespace": "kube-system", "name": "bootstrap-token-abcdef"},
+        {"kind": "api_object", "cluster": "onprem", "api_version": "certificates.k8s.io/v1",
+         "resource": "certificatesigningrequests", "namespace": "", "name": "node-csr-1"},
+        {"kind": "file", "path": "/etc/kubernetes/kubelet.conf"},
+        {"kind": "package", "name": "kubeadm"}, {"kind": "unit", "name": "kubelet.service"}],
+        facts={"server": "https://10.213.77.1:6443", "cluster": "onprem", "method": "kubeadm",
+               "reset_command": ["kubeadm", "reset", "-f"],
+               "client_certificate": {"serial": "3ed7", "not_after": "2027-12-01 07:35:26Z"}})
+
+
+def test_plan_of_a_kubeadm_join_lists_token_csrs_and_the_reset():
+    p = removal.plan(kubeadm_doc())
+    assert p["secrets"] == []  # a bootstrap token is not a token Secret kept for a 401 check
+    assert [t["name"] for t in p["bootstrap_tokens"]] == ["bootstrap-token-abcdef"]
+    assert p["csrs"] == [{"cluster": "onprem", "namespace": "", "name": "node-csr-1"}]
+    assert p["join"]["reset_command"] == ["kubeadm", "reset", "-f"]
+    assert p["join"]["client_certificate"]["serial"] == "3ed7"
+    assert p["packages"] == ["kubeadm"] and p["units"] == ["kubelet.service"]
+
+
+def test_authorise_takes_only_the_csrs_and_tokens_the_manifest_recorded(tmp_path):
+    import datetime
+    now = datetime.datetime.now(datetime.timezone.utc)
+    end = (now + datetime.timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    state = tmp_path / "CHG-1.json"
+    state.write_text(json.dumps({"node": "n1", "change_id": "CHG-1", "finished_at": None, "manifest": kubeadm_doc(),
+                                 "approval": {"approved": True, "action": "remove", "change_id": "CHG-1",
+                                              "targets": ["n1"], "window": {"end": end}}}))
+    assert removal.authorise(str(state), "n1", ("", "node-csr-1"), kind="csrs")
+    assert removal.authorise(str(state), "n1", ("kube-system", "bootstrap-token-abcdef"), kind="bootstrap_tokens")
+    with pytest.raises(removal.RemovalError, match="CSR /node-csr-2 is not one the onboarding manifest recorded"):
+        removal.authorise(str(state), "n1", ("", "node-csr-2"), kind="csrs")
+    with pytest.raises(removal.RemovalError, match="bootstrap token Secret kube-system/bootstrap-token-zzzzzz"):
+        removal.authorise(str(state), "n1", ("kube-system", "bootstrap-token-zzzzzz"), kind="bootstrap_tokens")
+
+
 def test_plan_refuses_a_manifest_without_standalone_state():
     d = doc()
     d["pre_onboarding"] = None

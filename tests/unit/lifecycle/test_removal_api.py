@@ -55,7 +55,7 @@ def make_node(kube, cordoned=True, labels=None, taints=None):
 
 def make_node_secret(kube, node):
     name = "node-%s-token" % node
-    # the Secret k8s_node_credential creates
+    # a node-credential Secret (the lab's token stand-in for cloud nodes; old manifests list it)
     kube.create_secret("kube-system", {"metadata": {"name": name, "annotations": {
         "kubernetes.io/service-account.name": "node-%s" % node, NODE_NAME_ANNOTATION: node}}, "type": SA_TOKEN_TYPE})
     token = base64.b64decode(kube.get_secret("kube-system", name)["data"]["token"]).decode()

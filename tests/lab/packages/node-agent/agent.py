@@ -6,7 +6,13 @@ Node's Lease in kube-node-lease (coordination.k8s.io/v1, as the kubelet does), r
 bound to it as plain processes and reports their phase, exit codes and logs. A pod that gets a
 deletionTimestamp is stopped (SIGTERM, SIGKILL after its deletionGracePeriodSeconds) and its
 deletion confirmed with a grace-0 delete, as the kubelet does. It speaks plain Kubernetes REST
-over HTTPS with a bearer token.
+over HTTPS with a bearer token or a client certificate.
+
+Installed as /usr/bin/kubelet (package kubelet) it takes the kubelet's flags: --kubeconfig (the
+file kubeadm join writes, with client-certificate/client-key), --node-labels k=v,...,
+--register-with-taints k=v:Effect,..., --hostname-override; other flags are ignored. The
+Node is registered with those labels and taints (later changes belong to the admin), pod
+state then lives under /var/lib/kubelet/lab-pods.
 
 Files:
   /etc/hybridgpu/node-agent/config.json  optional settings (see DEFAULTS); env HGPU_AGENT_CONFIG
@@ -97,7 +103,8 @@ def parse_kubeconfig(text):
     `certificate-authority-data:`, `insecure-skip-tls-verify:`, `token:` and `tokenFile:`
     values win. This is enough for a one-cluster, one-user node kubeconfig.
     """
-    out = {"server": None, "ca_file": None, "ca_data": None, "token": None, "insecure": False}
+    out = {"server": None, "ca_file": None, "ca_data": None, "token": None, "insecure": False,
+           "client_cert": None, "client_key": None}
     stripped = text.lstrip()
     if stripped.startswith("{"):
         doc = json.loads(text)
@@ -112,11 +119,14 @@ def parse_kubeconfig(text):
         out["ca_data"] = cluster.get("certificate-authority-data")
         out["insecure"] = bool(cluster.get("insecure-skip-tls-verify", False))
         out["token"] = user.get("token")
+        out["client_cert"] = user.get("client-certificate")
+        out["client_key"] = user.get("client-key")
         token_file = user.get("tokenFile")
     else:
         keys = {"server": "server", "certificate-authority": "ca_file",
                 "certificate-authority-data": "ca_data", "token": "token",
-                "insecure-skip-tls-verify": "insecure"}
+                "insecure-skip-tls-verify": "insecure", "client-certificate": "client_cert",
+                "client-key": "client_key"}
         token_file = None
         for line in text.splitlines():
             body = line.split(" #", 1)[0].strip()
@@ -166,6 +176,8 @@ class Api:
                 ctx = ssl.create_default_context(cafile=ca_file)
             else:
                 ctx = ssl.create_default_context()
+            if kube.get("client_cert"):
+                ctx.load_cert_chain(kube["client_cert"], kube.get("client_key") or kube["client_cert"])
             self.ssl = ctx
         else:
             self.ssl = None
@@ -301,9 +313,55 @@ def node_status(resources, info, addresses, since, now=None):
             "addresses": addresses, "conditions": [ready_condition(since, now)]}
 
 
-def node_object(name, labels, status):
+def node_object(name, labels, status, taints=None):
+    spec = {"taints": taints} if taints else {}
     return {"apiVersion": "v1", "kind": "Node",
-            "metadata": {"name": name, "labels": labels}, "spec": {}, "status": status}
+            "metadata": {"name": name, "labels": labels}, "spec": spec, "status": status}
+
+
+def parse_labels(text):
+    """--node-labels: k=v,k2=v2."""
+    out = {}
+    for item in (text or "").split(","):
+        key, sep, value = item.strip().partition("=")
+        if key and sep:
+            out[key] = value
+    return out
+
+
+def parse_taints(text):
+    """--register-with-taints: key[=value]:Effect,..."""
+    out = []
+    for item in (text or "").split(","):
+        body, sep, effect = item.strip().rpartition(":")
+        if not sep or not body:
+            continue
+        key, eq, value = body.partition("=")
+        taint = {"key": key, "effect": effect}
+        if eq:
+            taint["value"] = value
+        out.append(taint)
+    return out
+
+
+def parse_flags(argv):
+    """The kubelet flags this stand-in honours, as config overrides."""
+    out = {}
+    names = {"--kubeconfig": "kubeconfig", "--node-labels": "node_labels",
+             "--register-with-taints": "register_taints", "--hostname-override": "node_name"}
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        key, sep, value = arg.partition("=")
+        if key in names:
+            if not sep and i + 1 < len(argv):
+                i += 1
+                value = argv[i]
+            out[names[key]] = value
+        i += 1
+    if out.get("kubeconfig"):
+        out.setdefault("state_dir", "/var/lib/kubelet/lab-pods")
+    return out
 
 
 def local_address(server):
@@ -554,8 +612,12 @@ class Agent:
 
     def register(self):
         labels = node_labels(self.node, self.gpus, self.driver)
+        own = dict(labels)
+        labels.update(parse_labels(self.cfg.get("node_labels")))
         code, body = self.api.request("POST", "/api/v1/nodes",
-                                      node_object(self.node, labels, self._status()))
+                                      node_object(self.node, labels, self._status(),
+                                                  parse_taints(self.cfg.get("register_taints"))))
+        labels = own  # an existing Node keeps the labels and taints the admin set
         if code == 409:
             code, body = self.api.request(
                 "PATCH", "/api/v1/nodes/" + self.node, {"metadata": {"labels": labels}},
@@ -815,8 +877,9 @@ def _reason(body):
     return str(body)[:200]
 
 
-def main():
+def main(argv=None):
     cfg = load_config()
+    cfg.update(parse_flags(sys.argv[1:] if argv is None else argv))
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     log("hybridgpu-node-agent starting for node %s", cfg["node_name"])
     try:
