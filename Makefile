@@ -62,11 +62,8 @@ soak: venv
 conformance: venv
 	$(BIN)/pytest tests/conformance -q -rs
 
-# Three lanes (tests/integration/conftest.py: LANES): the estate in order, overflow, the EE build.
-# LANES=1 runs them one after another.
-LANES ?= 3
 integration: lab-up
-	$(BIN)/pytest tests/integration -q -m lab -n $(LANES) --dist loadgroup
+	$(BIN)/pytest tests/integration -q -m lab
 
 # Every role's scenario, on the lab's node image (tagged :latest by the lab), two at a time.
 molecule: lab-up
