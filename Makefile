@@ -48,7 +48,7 @@ demo: lab-up
 	$(BIN)/python tests/lab/demo.py
 
 unit: venv
-	$(BIN)/pytest tests/unit -q
+	$(BIN)/pytest tests/unit -q -n 2
 
 # The overflow protocol against 10,000 random fault schedules (CI runs 2,000) and every input
 # document fuzzed with 2,000 examples (CI runs 200). Takes a few minutes.
