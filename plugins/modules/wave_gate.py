@@ -46,9 +46,12 @@ options:
     elements: str
     required: true
   min_severity:
-    description: Findings at or above this severity stop a node; holds stop it whatever this is.
+    description:
+      - Findings at or above this severity stop a node; holds stop it whatever this is.
+      - C(none) lets every finding through (holds, an unverified boundary and a missing preflight
+        record still stop the node), for an estate whose operators reviewed and accepted its findings.
     type: str
-    choices: [info, warning, error]
+    choices: [info, warning, error, none]
     default: error
   overrides:
     description:
@@ -255,7 +258,7 @@ def main():
             preflight_record=dict(type="path", required=True),
             boundary=dict(type="path", required=True),
             nodes=dict(type="list", elements="str", required=True),
-            min_severity=dict(type="str", default="error", choices=list(gate.SEVERITIES)),
+            min_severity=dict(type="str", default="error", choices=list(gate.SEVERITIES) + ["none"]),
             overrides=dict(type="list", elements="dict", default=[]),
             executor=dict(type="str"),
             audit_log=dict(type="path"),

@@ -334,7 +334,7 @@ def test_node_that_never_rejoins_fails(joined, records):
     # A transient timer on the node stops its agent a few seconds into the cut (as if the
     # node died), so restoring the link does not bring it back within the allowed time.
     ssh(FAULT_NODE, "systemd-run --unit=hgpu-test-stop-agent --on-active=8 "
-        "systemctl stop kubelet.service hybridgpu-node-agent.service")
+        "/bin/sh -c 'systemctl stop kubelet.service hybridgpu-node-agent.service; exit 0'")
     try:
         res = playbook(records, limit=FAULT_NODE, extra_vars={
             "validate_steps": ["link_interruption"], "validate_link_nodes": [FAULT_NODE],
@@ -345,6 +345,7 @@ def test_node_that_never_rejoins_fails(joined, records):
         assert link["ready_again_at"] is None
     finally:
         ssh(FAULT_NODE, "systemctl stop hgpu-test-stop-agent.timer 2>/dev/null; "
+            "systemctl reset-failed hgpu-test-stop-agent.service 2>/dev/null; "
             "systemctl start $(systemctl list-unit-files --no-legend --state=enabled kubelet.service "
             "hybridgpu-node-agent.service | cut -d' ' -f1)", check=False)
         assert wait_ready(FAULT_NODE, 60)

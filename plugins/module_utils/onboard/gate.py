@@ -98,14 +98,15 @@ def covered_nodes(record):
 
 
 def concerning(record, node, min_severity):
-    """The findings that stop ``node``: its holds and findings at or above ``min_severity``."""
-    if min_severity not in SEVERITIES:
-        raise GateError("min_severity: %r is not one of %s" % (min_severity, ", ".join(SEVERITIES)))
+    """The findings that stop ``node``: its holds and findings at or above ``min_severity``
+    (``none``: holds only, for an estate whose operators accepted its findings)."""
+    if min_severity not in SEVERITIES + ("none",):
+        raise GateError("min_severity: %r is not one of %s, none" % (min_severity, ", ".join(SEVERITIES)))
     out = []
     for finding in findings(record):
         if finding["nodes"] is not None and node not in finding["nodes"]:
             continue
-        if finding["kind"] == "hold" or _rank(finding["severity"]) >= _rank(min_severity):
+        if finding["kind"] == "hold" or (min_severity != "none" and _rank(finding["severity"]) >= _rank(min_severity)):
             out.append(finding)
     return out
 

@@ -6,6 +6,7 @@ hand out. The collection's own SSH connections check host keys against it (the l
 passes it as known_hosts, revoke_known_hosts and node_removal_known_hosts)."""
 import json
 import os
+import subprocess
 
 from . import config
 from .util import LabError, log, run, wait_for, write_if_changed
@@ -53,7 +54,27 @@ def ensure_boundary_signer():
         with open(signers, "w") as fh:
             fh.write(line)
         made = True
-    return made
+    return sign_lab_boundary(key, signers) or made
+
+
+# The lab's access boundary (inventories/lab/preflight/boundary.yml, hgpu_boundary_path) is signed
+# by the lab's security owner as a site's is: boundary.yml.sig beside it (git-ignored).
+LAB_BOUNDARY = os.path.join(config.ROOT, "inventories", "lab", "preflight", "boundary.yml")
+BOUNDARY_NAMESPACE = "hybridgpu.fleet-boundary"
+
+
+def sign_lab_boundary(key, signers):
+    """(Re)sign the lab boundary when its signature is missing or no longer matches its bytes."""
+    sig = LAB_BOUNDARY + ".sig"
+    if os.path.exists(sig):
+        with open(LAB_BOUNDARY, "rb") as fh:
+            ok = subprocess.run(["ssh-keygen", "-Y", "verify", "-f", signers, "-I", "sec-owner", "-n",
+                                 BOUNDARY_NAMESPACE, "-s", sig], stdin=fh, capture_output=True, check=False)
+        if ok.returncode == 0:
+            return False
+        os.unlink(sig)
+    run(["ssh-keygen", "-q", "-Y", "sign", "-f", key, "-n", BOUNDARY_NAMESPACE, LAB_BOUNDARY])
+    return True
 
 
 def write_ssh_config():

@@ -295,3 +295,16 @@ def test_the_wave_record_names_the_stopped_nodes(tmp_path):
     assert wave["stages"]["gate"]["detail"] == (
         "stopped before any change: node-b: hold:air_gapped: held by preflight: air_gapped (no permitted outbound path)")
     assert "stopped before any change: node-b" in (root / "validation" / "w1" / "wave.html").read_text()
+
+
+def test_severity_none_lets_findings_through_but_never_a_hold():
+    from ansible_collections.hybridgpu.fleet.plugins.module_utils.onboard import gate as g
+    record = {"verdicts": {"holds": [{"node": "n2", "row": "r", "reasons": [{"reason": "air_gapped", "detail": "x"}]}],
+                           "matrix": {"rows": ["r"], "violations": [{"rule": "cuda-driver-minimum", "severity": "error",
+                                                                     "rows": ["r"], "nodes": ["n1", "n2"], "message": "m"}]},
+                           "cidr_overlaps": [{"a": {"name": "a"}, "b": {"name": "b"}, "relation": "overlaps"}],
+                           "connection_direction": {"verdict": "fail"}, "paths": {},
+                           "wave": {"nodes": [{"node": "n1"}, {"node": "n2"}]}}}
+    assert g.concerning(record, "n1", "none") == []
+    assert [f["kind"] for f in g.concerning(record, "n2", "none")] == ["hold"]
+    assert len(g.concerning(record, "n1", "error")) >= 2
