@@ -106,8 +106,9 @@ def playbook(step, name, *extra):
                 print(progress.line(), flush=True)
         rc = proc.wait()
     took = time.monotonic() - start
-    print("  %-28s %s in %5.1f s, %d tasks   (%s)" % (step, "ok" if rc == 0 else "FAILED rc=%d" % rc, took,
-                                                    progress.tasks, os.path.relpath(log, ROOT)), flush=True)
+    result = "ok" if rc == 0 else "FAILED rc=%d" % rc
+    print("  %-28s %s in %5.1f s, %d tasks   (%s)" % (step, result, took, progress.tasks, os.path.relpath(log, ROOT)),
+          flush=True)
     return rc == 0, took, log
 
 

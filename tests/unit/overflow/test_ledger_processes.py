@@ -77,8 +77,8 @@ class Site(object):
             "path": "policy", "job_classes": str(classes), "total_gpus": {A100: 1},
             "local_queue": dict(conn, kind="kubernetes", namespace=self.ns["local"]),
             "cloud": dict(conn, namespace=self.ns["cloud"]), "storage": {},
-            "job_template": {"outputs": ["output"], "upload": {"host": "st.cloud", "ssh_key": "/k", "root": "/srv/cs",
-                                                                "host_keys": "st.cloud ssh-ed25519 AAAA"}},
+            "job_template": {"outputs": ["output"], "upload": {
+                "host": "st.cloud", "ssh_key": "/k", "root": "/srv/cs", "host_keys": "st.cloud ssh-ed25519 AAAA"}},
             "inputs": {}, "jobs": []}
         self.local.enqueue("site-batch", "site-batch", ["true"], gpus=1, gpu_type=A100)
         time.sleep(1.1)        # queued a second before the others (creationTimestamp has whole seconds)
