@@ -878,8 +878,13 @@ def _reason(body):
 
 
 def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    if "--version" in argv:
+        # as the real kubelet: print the version and exit
+        print("Kubernetes %s" % load_config()["kubelet_version"])
+        return 0
     cfg = load_config()
-    cfg.update(parse_flags(sys.argv[1:] if argv is None else argv))
+    cfg.update(parse_flags(argv))
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     log("hybridgpu-node-agent starting for node %s", cfg["node_name"])
     try:
