@@ -437,6 +437,10 @@ def _list_dir(path):
         return None
 
 
+# Seconds any one command may take on the node.
+COMMAND_TIMEOUT = 120
+
+
 def main():
     module = AnsibleModule(
         argument_spec=dict(
@@ -452,7 +456,9 @@ def main():
                          % (smi_path, os.uname().nodename))
 
     def run(argv):
-        return cmd.module_run(module, argv, ok=cmd.ANY_STATUS)  # collect() reads the exit status
+        # collect() reads the exit status; a tool that hangs (a wedged driver, a stray daemon
+        # binary) fails the run naming the command instead of holding the play.
+        return cmd.module_run(module, argv, timeout=COMMAND_TIMEOUT, ok=cmd.ANY_STATUS)
 
     node = NodeAccess(run=run, which=module.get_bin_path,
                       read_file=_read_file, uname=os.uname, list_dir=_list_dir)
