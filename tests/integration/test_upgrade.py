@@ -113,7 +113,8 @@ def setup(lab_lock, tmp_path_factory):
 def upgrade(setup, record):
     ev = {"upgrade_target": NODE, "upgrade_executor": "ops-oncall",
           "upgrade_boundary": setup["appr"]["boundary"], "change_record_path": record,
-          "upgrade_records_dir": setup["rec"], "upgrade_validate_matrix": MATRIX}
+          "upgrade_records_dir": setup["rec"], "upgrade_validate_matrix": MATRIX,
+          "upgrade_preflight_record": os.path.join(setup["rec"], "wave1", "preflight.json")}
     return playbook("upgrade_rehearsal.yml", extra=ev, tmp_path=setup["tmp"])
 
 
