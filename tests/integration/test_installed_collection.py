@@ -138,7 +138,12 @@ def test_wave_from_installed_copy(installed, lab_lock):
     dest, env, work = installed
     records = work / "records"
     extra = work / "wave-vars.json"
-    extra.write_text(json.dumps(dict(WAVE_VARS, hgpu_records_dir=str(records))))
+    extra.write_text(json.dumps(WAVE_VARS))
+    # The records folder is pinned in the inventory (a launcher may not choose it): a second
+    # inventory source sets this run's own, as a site's group_vars would.
+    overlay = work / "records-inventory.yml"
+    overlay.write_text(json.dumps({"all": {"vars": {"hgpu_records_dir": str(records)}}}))
+    env = dict(env, ANSIBLE_INVENTORY="%s,%s" % (env["ANSIBLE_INVENTORY"], overlay))
     res = _run([os.path.join(BIN, "ansible-playbook"), "-vv", "hybridgpu.fleet.wave", "-e", "@%s" % extra],
                cwd=str(work), env=env, timeout=1500)
     out = res.stdout + res.stderr

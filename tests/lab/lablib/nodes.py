@@ -159,12 +159,13 @@ def inspect(name):
 
 
 def write_gpu_spec(node):
-    """Write the node's gpu-spec.json unless present (tests change it to inject faults)."""
+    """Write the node's declared gpu-spec.json. Tests change it to inject faults and restore it
+    afterwards; a run that was killed leaves its fault behind, which `lab up` clears here."""
     spec_path = config.path("nodes", node["name"], "gpu-spec.json")
-    if os.path.exists(spec_path):
-        return False
-    write_if_changed(spec_path, json.dumps(config.gpu_spec(node), indent=2) + "\n")
-    return True
+    changed = write_if_changed(spec_path, json.dumps(config.gpu_spec(node), indent=2) + "\n")
+    if changed and os.path.exists(spec_path):
+        log("%s: GPU spec back to the declared one (faults cleared)" % node["name"])
+    return changed
 
 
 def create_node(node, image):
