@@ -402,7 +402,7 @@ UPLOAD_OPTIONS = dict(
     root=dict(type="str", required=True),
     user=dict(type="str", default="root"),
     known_hosts=dict(type="str"),
-    host_keys=dict(type="str"),
+    host_keys=dict(type="str", no_log=False),
 )
 JOB_TEMPLATE_OPTIONS = dict(
     image=dict(type="str"),

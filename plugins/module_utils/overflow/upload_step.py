@@ -141,9 +141,10 @@ def main(argv):
         sys.stderr.write("overflow upload step: declared outputs missing: %s\n" % ", ".join(missing))
         return 3
     dest = upload(cfg, tree, job_id, attempt_id)
-    print("%s %s %s" % (OUTPUT_MARK, tree_digest(tree), dest), flush=True)
+    sys.stdout.write("%s %s %s\n" % (OUTPUT_MARK, tree_digest(tree), dest))
+    sys.stdout.flush()
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    raise SystemExit(main(sys.argv[1:]))

@@ -70,7 +70,7 @@ def test_nvidia_ctk_version_and_containerd_runtime(spec):
     res = spec("container-toolkit/nvidia_ctk.py", "--version")
     assert gpu_stack.parse_ctk_version(res.stdout) == "1.17.3"
     config = spec.dir / "config.toml"
-    for _ in range(2):  # idempotent, like the real command
+    for dummy in range(2):  # idempotent, like the real command
         res = spec("container-toolkit/nvidia_ctk.py", "runtime", "configure", "--runtime=containerd",
                    "--config=%s" % config)
         assert res.returncode == 0, res.stderr

@@ -65,7 +65,7 @@ def create_csr(kube, body):
 def test_token_csr_approval_signing_and_deletion(api):
     admin = api["kube"]()
     token = join.new_token()
-    token_id = token.split(".")[0]
+    token_id = token.split(".", maxsplit=1)[0]
     admin.create_secret("kube-system", join.token_secret(token, 600, GROUPS, "join of n1"))
     mine, other = "node-csr-" + token_id, "node-csr-other-" + token_id
     create_csr(api["kube"](token), csr_body(mine, "n1"))

@@ -83,7 +83,8 @@ def test_image_outside_on_prem_registries_is_kept_without_a_rewrite():
     assert "containers.train.image" not in fields(rewrites)
 
 
-def _refused(job, tpl=TPL, claims=None):
+def _refused(job, tpl=None, claims=None):
+    tpl = TPL if tpl is None else tpl
     with pytest.raises(carry.CarryRefused) as err:
         carry.k8s_pod_spec("train-1", job, tpl, claim_classes=claims)
     return str(err.value)

@@ -31,8 +31,12 @@ def stale():
     return facts
 
 
-def verdict(facts=FACTS, node_info=NODE_INFO, daemonsets=DAEMONSETS, **kw):
-    return stack_check.stack_verdict(NODE, facts, node_info, daemonsets, "onprem", 8, **kw)
+DEFAULT = object()
+
+
+def verdict(facts=DEFAULT, node_info=DEFAULT, daemonsets=DEFAULT, **kw):
+    return stack_check.stack_verdict(NODE, FACTS if facts is DEFAULT else facts, NODE_INFO if node_info is DEFAULT else node_info,
+                                     DAEMONSETS if daemonsets is DEFAULT else daemonsets, "onprem", 8, **kw)
 
 
 def broken(path, value):
