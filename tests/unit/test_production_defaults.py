@@ -83,7 +83,7 @@ def test_the_lab_inventory_sets_the_lab_values(lab_inventory):
     assert got["validate_gpu_spec_path"] == "/etc/hybridgpu-lab/gpu-spec.json"
     assert got["validate_multinode_groups"] == ["ng_a100_535"]
     assert got["driver_upgrade_reboot"] is False
-    assert got["driver_upgrade_restart_units"] == ["hybridgpu-node-agent.service", "hybridgpu-gpu-exporter.service"]
+    assert got["driver_upgrade_restart_units"] == ["kubelet.service", "hybridgpu-node-agent.service", "hybridgpu-gpu-exporter.service"]
     with open(os.path.join(ROOT, "inventories", "lab", "preflight", "settings.yml")) as fh:
         assert yaml.safe_load(fh)["preflight_fail_on_findings"] is False
 

@@ -3,10 +3,9 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """The one place that talks to Kubernetes.
 
-Every Kubernetes call of the collection goes through `Kube`: it builds a client from
-kubeconfig/context/host/token/CA options (the shared connection options, AUTH_KEYS), retries with
-backoff on 429, 5xx and transport errors, and returns plain dicts decoded straight from
-the response body (no model objects: cheaper, and unknown fields survive).
+Every Kubernetes call of the collection goes through `Kube`: it builds a client from the shared
+connection options (AUTH_KEYS), retries with backoff on 429, 5xx and transport errors, and returns
+plain dicts decoded from the response body (no model objects: cheaper, and unknown fields survive).
 """
 
 from __future__ import annotations
@@ -35,8 +34,7 @@ except ImportError as exc:  # pragma: no cover - reported by the module
 
 # Names of the shared connection options. Their argument spec is K8S_AUTH_ARG_SPEC in
 # k8s_module.py, documented once in plugins/doc_fragments/k8s_auth.py.
-AUTH_KEYS = ("kubeconfig", "context", "host", "api_key", "ca_cert", "validate_certs", "request_timeout",
-             "api_retries")
+AUTH_KEYS = ("kubeconfig", "context", "host", "api_key", "ca_cert", "validate_certs", "request_timeout", "api_retries")
 
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
 
@@ -204,7 +202,6 @@ class Kube(object):
                 return None
             raise
 
-    # -- version -----------------------------------------------------------------------
     def server_version(self):
         return self.call("get server version", self.version_api.get_code)
 
@@ -225,12 +222,10 @@ class Kube(object):
         """Delete a Node; returns False when it was already gone."""
         return self.call_or_none("delete node %s" % name, self.core.delete_node, name) is not None
 
-    # -- daemonsets --------------------------------------------------------------------
     def list_daemonsets(self, namespace=None, label_selector=None):
         kw = _selectors(label_selector, None)
         if namespace:
-            return self.call("list daemonsets in %s" % namespace, self.apps.list_namespaced_daemon_set,
-                             namespace, **kw).get("items", [])
+            return self.call("list daemonsets in %s" % namespace, self.apps.list_namespaced_daemon_set, namespace, **kw).get("items", [])
         return self.call("list daemonsets", self.apps.list_daemon_set_for_all_namespaces, **kw).get("items", [])
 
     # -- pods --------------------------------------------------------------------------
