@@ -28,5 +28,7 @@ def logs_verdict(results, source, identifier=None, path=None):
         reasons.append("log line of the reference job on %s node %s not found in %s on %s%s" % (
             res.get("side"), res.get("node"), place, res.get("node"),
             ": %s" % res["error"] if res.get("error") else ""))
+    missing = [side for side in ("owned", "cloud") if side not in {res.get("side") for res in results}]
+    note = "no %s node named: that side was not read" % " or ".join(missing) if missing else None
     return {"state": "fail" if reasons else "pass", "reasons": reasons, "source": source, "where": place,
-            "results": list(results), "note": None}
+            "results": list(results), "note": note}
