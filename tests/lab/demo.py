@@ -73,7 +73,8 @@ class Progress:
 
     def line(self):
         with self.lock:
-            total = "/%d" % self.total if self.total else ""
+            # The listed count leaves out tasks included at run time: a floor, shown as such.
+            total = " (%d listed)" % self.total if self.total else ""
             return "    [%s] task %d%s  %-22s  %-46.46s %5.0f s" % (
                 self.step, self.tasks, total, self.node, self.task, time.monotonic() - self.start)
 
