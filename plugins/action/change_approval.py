@@ -6,17 +6,8 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-from ansible.plugins.action import ActionBase
-
-from ansible_collections.hybridgpu.fleet.plugins.plugin_utils import pinned
+from ansible_collections.hybridgpu.fleet.plugins.plugin_utils.pinned import PinnedArgsAction
 
 
-class ActionModule(ActionBase):
-
-    def run(self, tmp=None, task_vars=None):
-        task_vars = task_vars or {}
-        result = super(ActionModule, self).run(tmp, task_vars)
-        args = pinned.module_args(self, task_vars)
-        result.update(self._execute_module(module_name=self._task.action, module_args=args,
-                                           task_vars=task_vars))
-        return result
+class ActionModule(PinnedArgsAction):
+    pass

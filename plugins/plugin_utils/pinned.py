@@ -28,6 +28,7 @@ import os
 import re
 
 from ansible.errors import AnsibleActionFail
+from ansible.plugins.action import ActionBase
 from ansible.utils.vars import load_extra_vars
 
 PINNED_FILE = "/etc/hybridgpu/boundary_signers"
@@ -116,3 +117,16 @@ def module_args(action, task_vars):
     if user:
         args["awx_user"] = user
     return args
+
+
+class PinnedArgsAction(ActionBase):
+    """An action plugin that runs its module with the pinned signers, the ledger folder and the
+    AWX user added to the task's arguments (module_args); nothing else."""
+
+    def run(self, tmp=None, task_vars=None):
+        task_vars = task_vars or {}
+        result = super(PinnedArgsAction, self).run(tmp, task_vars)
+        args = module_args(self, task_vars)
+        result.update(self._execute_module(module_name=self._task.action, module_args=args,
+                                           task_vars=task_vars))
+        return result
