@@ -4,7 +4,7 @@ Their host keys go into the lab's known_hosts like the nodes' (nodes.record_host
 import json
 import os
 
-from . import config
+from . import config, nodes
 from .nodes import key_path, record_host_keys, ssh_ok
 from .util import LabError, log, run, wait_for
 
@@ -36,9 +36,7 @@ def ensure_container(host, image, extra_args=()):
     elif not info["State"]["Running"]:
         run(["podman", "start", name])
         state = "started"
-    wait_for("%s to boot" % name, lambda: run(["podman", "exec", name, "systemctl", "is-system-running"],
-                                              check=False, timeout=20).stdout.strip() in ("running", "degraded"),
-             120)
+    nodes.wait_until_booted(name, 150)
     wait_for("sshd on %s (%s)" % (name, host["ip"]), lambda: ssh_ok(host), 60)
     record_host_keys(host)
     return state

@@ -110,6 +110,19 @@ def restore_driver(node, drivers):
     return "%s: driver was %s, declared %s %s: put back" % (node["name"], was, row["driver"], row["driver_version"])
 
 
+def purge_stray_agent(node):
+    """An owned node starts without the lab's agent package (tests that join a node with it purge it
+    afterwards; a killed run does not). Left installed beside a joined kubelet it would register the
+    Node again after a removal deletes it."""
+    if "hybridgpu-node-agent" not in installed(node, ["hybridgpu-node-agent"]):
+        return False
+    run(["podman", "exec", node["name"], "env", "DEBIAN_FRONTEND=noninteractive", "sh", "-ec",
+         "systemctl disable --now hybridgpu-node-agent.service 2>/dev/null || true; "
+         "apt-get purge -y -q hybridgpu-node-agent >/dev/null; rm -rf /etc/hybridgpu/node-agent"], timeout=300)
+    log("%s: removed the agent package a test left behind (owned nodes start without it)" % node["name"])
+    return True
+
+
 def ensure_node_packages(node, repo_changed=False):
     """Bring the node's starting packages to the declared state: install what is missing, and put
     a driver (and fabric manager) that a rehearsal or a test changed back on the row's declared
@@ -121,6 +134,8 @@ def ensure_node_packages(node, repo_changed=False):
     drift = [p for p, (v, h) in drivers.items() if declared.get(p, v + "!") != v]
     if drift:
         log(restore_driver(node, drivers))
+    if node["role"] != "cloud":
+        purge_stray_agent(node)
     pkgs = wanted(node)
     have = installed(node, pkgs)
     todo = [p for p in pkgs if p not in have]
