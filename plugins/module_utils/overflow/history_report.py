@@ -18,8 +18,8 @@ a step function; averaged over windows of `window_s` aligned on the clock; per h
 the clock of the export when its times carry no zone) the `pool_percentile` of that hour's windows
 over every day of the history, rounded up to whole nodes of `node_gpus`.
 
-Cost (cost.scenario_row, policy path): the moved jobs' GPU time, the pool's idle GPU time (the pool
-by hour over the history's days less the moved jobs' GPU time), staged inputs for transfer + runtime +
+Cost (cost.scenario_row, policy path): the moved jobs' GPU time, the pool's idle GPU time (each window
+of the history at its hour's pool, less the moved jobs' GPU time), staged inputs for transfer + runtime +
 return, transfer in and out; divided by moved jobs that completed. One row per billing mode:
 per_minute (pay-as-you-go), and prepaid when the prices commit prepaid GPU hours.
 """
@@ -129,10 +129,11 @@ def pool_by_hour(records, moves, classes, window_s, q, node_gpus):
     return out
 
 
-def _scenario(records, moves, pool, days):
+def _scenario(records, moves, pool, window_s):
     runs = [{"gpus": records[i][C_GPUS], "seconds": records[i][C_END] - records[i][C_START]} for i in moves]
     busy = sum(r["gpus"] * r["seconds"] for r in runs)
-    standing = sum(h["gpus"] for h in pool) * HOUR * days
+    # every window of the history bills its hour's pool
+    standing = sum(h["gpus"] * h["windows"] for h in pool) * window_s
     storage = [{"bytes": records[i][C_IN], "seconds": d + b + records[i][C_END] - records[i][C_START]}
                for i, (d, b) in moves.items()]
     return {"name": "history", "path": "policy", "jobs_dispatched": len(moves),
@@ -176,7 +177,7 @@ def build(records, classes, prices=None, window_s=900.0, pool_percentile=95.0, n
         "pool_peak_hour_gpus": max(h["gpus"] for h in pool),
         "wait": {"without_overflow": _wait_stats(before), "with_overflow": _wait_stats(after),
                  "jobs_moved": len(moves)},
-        "cost": cost_by_mode(_scenario(records, moves, pool, days), prices or {}),
+        "cost": cost_by_mode(_scenario(records, moves, pool, window_s), prices or {}),
         "rules": {"class": "moves when cloud finishes sooner; recommended when data may leave the site, "
                            "share moved >= %.2f and median gain >= the class's min_gain" % min_share,
                   "pool": "p%.0f per hour of day of the GPUs of moved jobs waiting past their threshold, "

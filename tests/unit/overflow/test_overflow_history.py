@@ -94,6 +94,23 @@ def test_moved_job_waits_threshold_plus_time_to_start_in_the_cloud():
     assert rep["cost"] == []          # no prices, no cost rows
 
 
+def test_pool_by_hour_and_its_cost_on_one_job():
+    # a day boundary; the job waits 5 h (trigger at 30 min), runs 2 h on 1 GPU; hourly windows
+    day = 1_699_920_000.0
+    rec = ("small-input", day, day + 5 * 3600, day + 7 * 3600, 1, 20 * 10**9, 2 * 10**9, True)
+    rep = history_report.build([rec], CLASSES, prices={"gpu_hour": 6.0}, window_s=3600, node_gpus=1, min_share=0.5)
+    pool = rep["pool_by_hour"]
+    # waiting past the trigger: half of hour 0, all of hours 1 to 4
+    assert [h["percentile_waiting_gpus"] for h in pool[:6]] == [0.5, 1.0, 1.0, 1.0, 1.0, 0.0]
+    assert [h["gpus"] for h in pool] == [1, 1, 1, 1, 1] + [0] * 19
+    assert [h["windows"] for h in pool] == [1] * 8 + [0] * 16
+    (row,) = rep["cost"]
+    # 5 pool GPU-hours less the job's 2 GPU-hours sit idle: 180 min at 0.10 per minute
+    assert row["gpu_warm_pool"] == pytest.approx(18.0)
+    assert row["gpu_running"] == pytest.approx(12.0)
+    assert row["cost_per_completed_job"] == pytest.approx(30.0)
+
+
 def test_sacct_export_gives_the_same_report(export, week):
     records, skipped = history_sources.read_sacct(export, CLASSES)
     assert len(records) == len(week) and skipped == {"not_started": 0, "running": 0, "no_gpu": 0}
