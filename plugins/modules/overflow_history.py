@@ -217,6 +217,12 @@ def read_history(module, classes):
     return history_sources.read_k8s_jobs(items, classes)
 
 
+def bad_prices(prices):
+    """Messages for prices that are not numbers of at least 0 (names are checked by cost.scenario_row)."""
+    return ["prices.%s: must be a number of at least 0, not %r" % (key, value) for key, value in sorted(prices.items())
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0]
+
+
 def main():
     module = K8sModule(argument_spec=dict(
         source=dict(type="str", required=True, choices=["sacct", "kubernetes"]),
@@ -248,6 +254,8 @@ def main():
         prices = params["prices"] if params["prices"] is not None else jobclass.load_cost(params["job_classes"])["prices"]
     except jobclass.JobClassError as exc:
         module.fail_json(msg="invalid job classes: %s" % exc, errors=exc.errors)
+    if bad_prices(prices):
+        module.fail_json(msg="; ".join(bad_prices(prices)))
     try:
         records, skipped = read_history(module, classes)
         report = history_report.build(records, classes, prices=prices, window_s=window,

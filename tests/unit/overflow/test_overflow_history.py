@@ -251,6 +251,8 @@ def test_module_check_mode_then_write_then_unchanged(export, tmp_path):
     ({"source": "sacct", "path": "/nonexistent/sacct.txt"}, "/nonexistent/sacct.txt: cannot read"),
     ({"source": "sacct", "path": "/dev/null", "record_path": "/tmp/x.html"}, "record_path: must end in .json"),
     ({"source": "sacct", "path": "/dev/null", "window": "soon"}, "window: cannot read duration"),
+    ({"source": "sacct", "path": "/dev/null", "prices": {"gpu_hour": "cheap"}},
+     "prices.gpu_hour: must be a number of at least 0, not 'cheap'"),
 ])
 def test_module_input_errors(args, message):
     res = run_module(dict({"job_classes": CLASSES_FILE}, **args))
@@ -273,3 +275,8 @@ def test_playbook_writes_the_record(export, tmp_path):
     assert record["report"]["pool_peak_hour_gpus"] > 0 and record["run"]["path"] == export
     summary = result["plays"][0]["tasks"][-1]["hosts"]["localhost"]["msg"]
     assert summary["overflow_classes"] == ["small-input"] and len(summary["warm_pool_gpus_by_hour"]) == 24
+
+
+def test_module_names_a_bad_price(export):
+    res = run_module({"source": "sacct", "path": export, "job_classes": CLASSES_FILE, "prices": {"gpu_hours": 2.0}})
+    assert res.get("failed") and res["msg"].startswith("prices: unknown price 'gpu_hours'")
