@@ -169,14 +169,17 @@ def analyze(records, link_bps, dispatch_s=600.0, cloud_queue_s=900.0, image_s=0.
                               % (pool_percentile, window_s, node_gpus)}}
 
 
-def waiting_demand_windows(records, window_s):
-    """Average number of GPUs waiting in each consecutive window (sweep over submit/start events)."""
+def waiting_demand_windows(records, window_s, origin=None):
+    """Average number of GPUs waiting in each consecutive window (sweep over submit/start events).
+
+    Window k covers [origin + k * window_s, origin + (k + 1) * window_s); origin defaults to the
+    first submit. An origin on a window boundary of the clock lets callers tell each window's hour."""
     if not records:
         return [], 0
     events = [(r[C_SUBMIT], r[C_GPUS]) for r in records]
     events.extend((r[C_START], -r[C_GPUS]) for r in records)
     events.sort()
-    t0 = events[0][0]
+    t0 = events[0][0] if origin is None else min(origin, events[0][0])
     nwin = int((events[-1][0] - t0) // window_s) + 1
     area = [0.0] * nwin
     level = 0
