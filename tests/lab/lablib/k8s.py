@@ -1,6 +1,7 @@
 """The two Kubernetes API emulators: PKI, tokens, kubeconfigs, processes, and the cloud
 nodes' credentials (a kube-system Secret per node, filled in by the emulator)."""
 import base64
+import hashlib
 import json
 import os
 import secrets
@@ -267,9 +268,20 @@ def connector_token_path():
     return os.path.join(cluster_dir(CONNECTOR_CLUSTER), "connector-token")
 
 
+def ca_cert_hash():
+    """sha256:<hex> of the lab CA's SubjectPublicKeyInfo (kubeadm's discovery hash)."""
+    pub = subprocess.run(["openssl", "x509", "-noout", "-pubkey", "-in", ca_path()],
+                         capture_output=True, check=True).stdout
+    der = subprocess.run(["openssl", "pkey", "-pubin", "-outform", "DER"], input=pub,
+                         capture_output=True, check=True).stdout
+    return "sha256:" + hashlib.sha256(der).hexdigest()
+
+
 def ensure_connector_token():
     """Create the token file once and its bootstrap token Secret whenever it is missing (the
-    emulator keeps its objects in memory). Returns True when the Secret was created."""
+    emulator keeps its objects in memory), and write the CA hash the connector pins next to
+    it. Returns True when the Secret was created."""
+    write_if_changed(os.path.join(cluster_dir(CONNECTOR_CLUSTER), "connector-ca-hash"), ca_cert_hash() + "\n", 0o644)
     path = connector_token_path()
     try:
         with open(path) as fh:
