@@ -88,6 +88,10 @@ options:
     description: Seconds the installer may run.
     type: int
     default: 600
+  settle:
+    description: Seconds the units may take to become active after the installer; then the task fails naming those that are not.
+    type: int
+    default: 30
 attributes:
   check_mode:
     support: full
@@ -147,6 +151,7 @@ facts:
 """
 
 import os
+import time
 
 from ansible.module_utils.basic import AnsibleModule
 
@@ -189,6 +194,7 @@ def main():
             manifest_copy=dict(type="path", default=""),
             validate_only=dict(type="bool", default=False),
             timeout=dict(type="int", default=600),
+            settle=dict(type="int", default=30),
         ),
         supports_check_mode=True,
     )
@@ -225,9 +231,18 @@ def main():
         tail = "\n".join((err or out).strip().splitlines()[-20:])
         module.fail_json(msg="installer %s %s: %s" % (result["would_run"], how, tail),
                          rc=rc, stdout=out, stderr=err, **result)
-    after = read_state(module, spec)
+    deadline = time.monotonic() + p["settle"]
+    while True:
+        after = read_state(module, spec)
+        inactive = [u for u, active in sorted(after["units"].items()) if not active]
+        if not inactive or time.monotonic() >= deadline:
+            break
+        time.sleep(1)
     after["node_ready"] = None
     result.update(state_after=after, stdout=out)
+    if inactive:
+        module.fail_json(msg="installer %s ran, but after %s s these units are not active: %s"
+                         % (result["would_run"], p["settle"], ", ".join(inactive)), **result)
     module.exit_json(**result)
 
 

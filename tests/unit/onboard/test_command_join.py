@@ -259,3 +259,12 @@ def test_module_reports_a_failing_installer(node):
     bad.chmod(0o755)
     result, raw = run_module(node, installer=[str(bad)], node_ready=False)
     assert result["failed"] and "failed (rc=4)" in result["msg"] and "activation refused" in result["msg"]
+
+
+def test_module_fails_naming_a_unit_the_installer_did_not_start(node):
+    lazy = node["tmp"] / "bin" / "lazy"
+    lazy.write_text("#!/bin/sh\necho run >> \"$STATE/runs\"\n")
+    lazy.chmod(0o755)
+    result, raw = run_module(node, installer=[str(lazy)], node_ready=False, settle=1)
+    assert result["failed"] and "not active: acme-node-agent.service" in result["msg"], result
+    assert (node["state"] / "runs").read_text().count("run") == 1
