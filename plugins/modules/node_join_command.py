@@ -182,7 +182,7 @@ def main():
             packages=dict(type="list", elements="str", default=[]),
             installer=dict(type="list", elements="str", default=[]),
             secret=dict(type="str", default="", no_log=True),
-            secret_env=dict(type="str", default="JOIN_TOKEN"),
+            secret_env=dict(type="str", default="JOIN_TOKEN", no_log=False),  # a variable name, not the secret
             env=dict(type="dict", default={}),
             units=dict(type="list", elements="str", required=True),
             files=dict(type="list", elements="path", default=[]),
