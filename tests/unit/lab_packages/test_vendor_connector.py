@@ -64,6 +64,7 @@ def test_connect_joins_through_kubeadm_with_the_token_from_the_environment(conne
     assert not [n for n in os.listdir(tmp / "etc") if n.startswith("connect-")]   # the configuration went
     agent = json.loads((tmp / "etc" / "agent.json").read_text())
     assert agent["kubeconfig"] == str(tmp / "etc" / "kubelet.conf") and agent["node_name"] == "owned-l40s-1"
+    assert agent["state_dir"] == str(tmp / "var")  # the lab kubelet keeps its pods under <state_dir>/pods
     # activated: kubeadm is not run again, the unit is only started
     assert mod.main(args) == 0
     assert (tmp / "calls").read_text().count("join --config") == 1
