@@ -91,6 +91,12 @@ def test_activation_token_joins_and_the_service_approves(api, connector, monkeyp
     assert [c["status"]["conditions"][0]["reason"] for c in csrs] == ["AutoApproved"]
     calls = (tmp / "calls").read_text()
     assert "restart vendor-node-connector.service" in calls and "enable --now vendor-node-connector.service" in calls
+    # what the connector's unit starts from: the lab kubelet's settings and the kubeconfig it reads
+    agent = load_script("lab_connector_agent", os.path.join(PACKAGES, "node-agent", "agent.py"))
+    cfg = agent.load_config(path=str(tmp / "etc" / "agent.json"))
+    assert (cfg["node_name"], cfg["state_dir"]) == ("gpu-07", str(tmp / "var"))
+    got = agent.parse_kubeconfig(open(cfg["kubeconfig"]).read())
+    assert (got["server"], got["client_cert"], got["ca_file"]) == (api["url"], str(pem), str(tmp / "etc" / "pki" / "ca.crt"))
 
 
 def test_the_lab_pins_the_same_ca_hash_the_connector_is_given(api, monkeypatch):
