@@ -49,8 +49,8 @@ def run(people, tmp_path, record):
         {"name": "Start", "register": "started", "hybridgpu.fleet.node_removal_state": {
             "root": root, "node": "localhost", "action": "start", "manifest_path": str(path),
             "boundary": people["boundary"], "record_path": record, "executor": "ops-lead", "targets": ["localhost"]}},
-        {"name": "Credentials phase", "ansible.builtin.include_role": {"name": "hybridgpu.fleet.node_removal",
-                                                                        "tasks_from": "credentials"},
+        {"name": "Credentials phase",
+         "ansible.builtin.include_role": {"name": "hybridgpu.fleet.node_removal", "tasks_from": "credentials"},
          "vars": {"node_removal_node": "localhost", "node_removal_state_root": root, "node_removal_journal": False,
                   "node_removal_change": "{{ started.approval }}", "node_removal_plan": "{{ started.plan }}",
                   "node_removal_done": "{{ started.report.done }}", "node_removal_state_file": "{{ started.report.path }}",
