@@ -18,8 +18,8 @@ description:
     returned RV(text) is what a copy on the node should contain.
   - Written atomically (temporary sibling, then rename). Recording the same artefacts
     again leaves the file unchanged, so reruns report no change.
-  - With O(created_only), this module decides what onboarding created - packages, users and
-    directories the node had before onboarding (the C(pre_onboarding) block) are never
+  - With O(created_only), this module decides what onboarding created - packages, users,
+    directories, files and active units the node had before onboarding (the C(pre_onboarding) block) are never
     recorded, so removal never deletes them - and it refuses to run without that block.
   - A manifest file that cannot be read, is not JSON or is not a JSON object always fails
     the task; only a missing file reads as "no manifest yet", and only the baseline step
@@ -63,9 +63,10 @@ options:
     type: dict
   created_only:
     description:
-      - Record only what onboarding created. Package (C(name)), user (C(name)) and directory
-        (C(path)) artefacts that the manifest's C(pre_onboarding) block lists as present
-        before onboarding are left out and returned in RV(had).
+      - Record only what onboarding created. Package (C(name)), user (C(name)), directory and
+        file (C(path)) artefacts that the manifest's C(pre_onboarding) block lists as present
+        before onboarding, and unit (C(name)) artefacts it lists as active, are left out and
+        returned in RV(had).
       - An artefact with C(record_always=true) (a folder onboarding uses whether or not it
         made it) is recorded either way, with C(created) set to whether onboarding made it.
       - Fails, naming the file, when the manifest does not exist or has no C(pre_onboarding)

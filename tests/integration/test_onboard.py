@@ -17,7 +17,12 @@ from conftest import ROOT, podman_exec, ssh
 pytestmark = pytest.mark.lab
 
 WAVE = ["owned-a100-1", "owned-a100-2", "owned-l40s-1"]
+KUBEADM = ["owned-a100-1", "owned-a100-2"]  # the l40s group joins with the command method (lab vendor connector)
+COMMAND = "owned-l40s-1"
 ONE = "owned-l40s-1"  # the node destructive checks use
+# Where each join method leaves the node's CA and its client certificate (kubelet credential).
+CREDS = {"kubeadm": ("/etc/kubernetes/pki/ca.crt", "/var/lib/kubelet/pki/kubelet-client-current.pem"),
+         "command": ("/etc/vendor-node-connector/pki/ca.crt", "/var/lib/vendor-node-connector/pki/kubelet-client-current.pem")}
 PLAYBOOK = os.path.join(ROOT, "playbooks", "onboard.yml")
 RECORDS = os.path.join(ROOT, "records", "manifests")
 
@@ -94,20 +99,29 @@ def test_nodes_ready_with_placement_from_the_matrix(onboarded):
 
 def test_node_side_state_and_manifest(onboarded):
     for name in WAVE:
-        res = ssh(name, "systemctl is-active kubelet hybridgpu-gpu-exporter; "
+        method = "command" if name == COMMAND else "kubeadm"
+        unit, kubeconfig = {"kubeadm": ("kubelet", "/etc/kubernetes/kubelet.conf"),
+                            "command": ("vendor-node-connector", "/etc/vendor-node-connector/kubelet.conf")}[method]
+        res = ssh(name, "systemctl is-active %s hybridgpu-gpu-exporter; "
                         "nft list table inet hybridgpu >/dev/null && echo table-ok; "
-                        "stat -c %a /etc/kubernetes/kubelet.conf; "
-                        "systemctl show -p User -p NoNewPrivileges -p ProtectSystem hybridgpu-gpu-exporter")
+                        "stat -c %%a %s; "
+                        "systemctl show -p User -p NoNewPrivileges -p ProtectSystem hybridgpu-gpu-exporter" % (unit, kubeconfig))
         out = res.stdout.split()
         assert out[:2] == ["active", "active"] and "table-ok" in out and "600" in out, res.stdout
         assert "User=hgpu-gpu-exporter" in out and "NoNewPrivileges=yes" in out and "ProtectSystem=strict" in out
         doc = manifest(name)
         kinds = dict((s, set((a["kind"], a.get("name") or a.get("path") or a.get("key")) for a in v["artefacts"]))
                      for s, v in doc["sections"].items())
-        assert ("file", "/etc/kubernetes/kubelet.conf") in kinds["join"]
-        assert ("file", "/var/lib/kubelet/pki/kubelet-client-current.pem") in kinds["join"]
-        assert ("unit", "kubelet.service") in kinds["join"] and ("package", "kubeadm") in kinds["join"]
-        assert doc["sections"]["join"]["facts"]["method"] == "kubeadm"
+        assert doc["sections"]["join"]["facts"]["method"] == method
+        if method == "kubeadm":
+            assert ("file", "/etc/kubernetes/kubelet.conf") in kinds["join"]
+            assert ("file", "/var/lib/kubelet/pki/kubelet-client-current.pem") in kinds["join"]
+            assert ("unit", "kubelet.service") in kinds["join"] and ("package", "kubeadm") in kinds["join"]
+        else:
+            assert ("unit", "vendor-node-connector.service") in kinds["join"]
+            assert ("package", "vendor-node-connector") in kinds["join"]
+            assert ("file", "/etc/vendor-node-connector") in kinds["join"]
+            assert ("package", "kubeadm") not in kinds["join"]
         assert ("nft_table", "hybridgpu") in kinds["host_firewall"]
         assert ("label", "node-restriction.kubernetes.io/data-class") in kinds["placement"]
         assert ("taint", "hybridgpu.io/owned") in kinds["placement"]
@@ -265,9 +279,10 @@ def test_node_exporter_answers_on_an_onboarded_node(lab):
 
 def node_request(name, method, path, body=None):
     """A request from the node with its own client certificate (the kubelet's credential)."""
+    ca, cert = CREDS["command" if name == COMMAND else "kubeadm"]
     code = ("import json,ssl,sys,urllib.request as u\n"
-            "ctx=ssl.create_default_context(cafile='/etc/kubernetes/pki/ca.crt')\n"
-            "ctx.load_cert_chain('/var/lib/kubelet/pki/kubelet-client-current.pem')\n"
+            "ctx=ssl.create_default_context(cafile='%s')\n"
+            "ctx.load_cert_chain('%s')\n" % (ca, cert) +
             "body=sys.argv[3].encode() if len(sys.argv)>3 else None\n"
             "r=u.Request('https://10.213.77.1:6443'+sys.argv[2],data=body,method=sys.argv[1],"
             "headers={'Content-Type':'application/merge-patch+json'})\n"
@@ -284,7 +299,7 @@ def test_nodes_joined_with_kubeadm_and_approved_csrs(onboarded):
     k = kube()
     audit = [json.loads(line) for line in open(os.path.join(ROOT, "records", "audit", "audit.jsonl"))]
     approvals = dict((e["details"]["name"], e) for e in audit if e["action"] == "approve_csr")
-    for name in WAVE:
+    for name in KUBEADM:
         join = manifest(name)["sections"]["join"]
         csrs = [a["name"] for a in join["artefacts"] if a.get("resource") == "certificatesigningrequests"]
         tokens = [a["name"] for a in join["artefacts"] if a.get("name", "").startswith("bootstrap-token-")]

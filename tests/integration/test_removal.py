@@ -1,4 +1,4 @@
-"""Change-managed removal of owned-l40s-1 against the lab: refused change records
+"""Change-managed removal of owned-a100-2 (a kubeadm join) against the lab: refused change records
 stop before any change, an interrupted removal reports its phases and finishes on rerun,
 the node ends standalone with its kubeadm join reversed (Node, CSRs, bootstrap token, kubelet
 credentials and packages gone; the client certificate's residual validity recorded) and every
@@ -21,8 +21,8 @@ from lifecycle_lab import approvers, kube, lab_lock, node_state, playbook, recap
 
 pytestmark = pytest.mark.lab
 
-NODE = "owned-l40s-1"
-IP = "10.213.77.13"
+NODE = "owned-a100-2"  # a kubeadm node (the l40s group joins with command: test_command_join.py)
+IP = "10.213.77.12"
 
 
 def key_ssh(key, command="true"):
@@ -50,7 +50,7 @@ def setup(lab_lock, tmp_path_factory):
     rec = tmp / "records"
     (rec / "manifests").mkdir(parents=True)
     doc = mf.load(os.path.join(ROOT, "records", "manifests", NODE + ".json"))
-    assert doc and doc.get("pre_onboarding"), "owned-l40s-1 must be onboarded first (onboard.yml)"
+    assert doc and doc.get("pre_onboarding"), "%s must be onboarded first (onboard.yml)" % NODE
     key = str(tmp / "onboard-key")
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "hgpu-removal-test", "-f", key], check=True)
     pub = open(key + ".pub").read().strip()
@@ -167,6 +167,7 @@ def test_interrupted_removal_reports_and_finishes(setup):
                             text=True, check=True).stdout.strip().split("=")[1].lower()
     events = [json.loads(x) for x in open(os.path.join(setup["rec"], "audit", "audit.jsonl"))]
     residual = [e["details"]["residual_validity"] for e in events if e["action"] == "revoke_credential"]
+    assert [e["details"]["join_method"] for e in events if e["action"] == "revoke_credential"] == ["kubeadm"]
     assert residual and residual[0]["serial"] == serial, residual
     assert residual[0]["not_after"] == join["facts"]["client_certificate"]["not_after"]
     gone = ssh(NODE, "ls /etc/kubernetes/kubelet.conf /etc/kubernetes/pki /var/lib/kubelet 2>&1; "
@@ -181,7 +182,7 @@ def test_interrupted_removal_reports_and_finishes(setup):
     assert "table inet hybridgpu\n" not in out
     assert "active\n" not in out.replace("inactive", "")
     assert "hgpu-gpu-exporter" not in out and "ii" not in out
-    assert out.strip().endswith("4"), out  # 4 L40S GPUs still answer nvidia-smi
+    assert out.strip().endswith("8"), out  # 8 A100 GPUs still answer nvidia-smi
     assert ssh(NODE, "systemctl is-active chrony ssh").returncode == 0
 
     # a second run changes nothing

@@ -7,7 +7,7 @@ import re
 from hgpu_testenv import ROOT
 
 PRODUCT = ("plugins", "roles", "playbooks")
-LAB_PATTERN = re.compile(r"hgpu_lab_|/etc/hybridgpu-lab|10\.213\.77|hybridgpu-lab|lab_nft|hybridgpu-node-agent")
+LAB_PATTERN = re.compile(r"hgpu_lab_|/etc/hybridgpu-lab|10\.213\.77|hybridgpu-lab|lab_nft|hybridgpu-node-agent|vendor-node-conn")
 
 # Files other work still has to clear of lab knowledge. Each hit in them is reported by
 # test_files_still_to_clear_hold_hits; empty this list as they are cleared.

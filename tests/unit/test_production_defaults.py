@@ -88,6 +88,19 @@ def test_the_lab_inventory_sets_the_lab_values(lab_inventory):
         assert yaml.safe_load(fh)["preflight_fail_on_findings"] is False
 
 
+def test_the_lab_joins_one_node_group_with_the_command_method(lab_inventory):
+    from ansible_collections.hybridgpu.fleet.plugins.module_utils.onboard import command_join  # pylint: disable=import-outside-toplevel
+    names = ["node_join_method", "node_join_command_packages", "node_join_command_units", "node_join_command_files",
+             "node_join_command_uninstall", "node_join_command_secret_env"]
+    got = _resolved(lab_inventory, "owned-l40s-1", names)
+    assert got["node_join_method"] == "command"
+    spec = dict(packages=got["node_join_command_packages"], units=got["node_join_command_units"],
+                files=got["node_join_command_files"], uninstall=got["node_join_command_uninstall"],
+                secret_env=got["node_join_command_secret_env"], installer=["/usr/bin/vendor-node-connect"])
+    assert command_join.check(spec) == []
+    assert _resolved(lab_inventory, "owned-a100-1", ["node_join_method"])["node_join_method"] == "kubeadm"
+
+
 def _destructive_playbooks():
     found = []
     for path in sorted(glob.glob(os.path.join(ROOT, "playbooks", "*.yml"))):

@@ -172,16 +172,18 @@ def _had(pre, art):
         return bool((pre.get("packages") or {}).get(art.get("name")))
     if kind == "user":
         return art.get("name") in (pre.get("users") or [])
-    if kind == "directory":
+    if kind in ("directory", "file"):
         return bool((pre.get("paths") or {}).get(art.get("path")))
+    if kind == "unit":
+        return art.get("name") in (pre.get("active_units") or [])
     return False
 
 
 def created(pre, artefacts):
     """Split `artefacts` into (created, had): what onboarding created and what the node had.
 
-    Packages, users and directories the pre_onboarding block lists as present are the
-    node's own: they go to `had` and are never recorded, so removal never deletes them.
+    Packages, users, directories and files the pre_onboarding block lists as present, and
+    units it lists as active, are the node's own: they go to `had` and are never recorded, so removal never deletes them.
     An artefact with ``record_always`` (a folder onboarding uses whether or not it made
     it) is kept either way, with ``created`` saying whether onboarding made it.
     """

@@ -100,7 +100,12 @@ def plan(doc):
             out["server"], out["cluster"] = facts["server"], facts.get("cluster")
         if facts.get("method"):
             out["join"] = {"method": facts["method"], "reset_command": facts.get("reset_command") or [],
-                           "client_certificate": facts.get("client_certificate") or {}}
+                           "client_certificate": facts.get("client_certificate") or {},
+                           "uninstall_command": facts.get("uninstall_command") or [],
+                           "units": sorted(facts.get("units") or [])}
+            if facts["method"] == "command" and not out["join"]["uninstall_command"]:
+                raise RemovalError("manifest of %s: the command join records no uninstall_command, so "
+                                   "removal cannot reverse it" % node)
     for art in arts:
         kind = art["kind"]
         if kind == "api_object":

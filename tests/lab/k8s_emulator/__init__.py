@@ -18,7 +18,9 @@ def serve(cluster, binds, port, cert, key, token_file, node_grace=40.0, version=
     `confirm_pod_deletion` is for tests without any kubelet: the server then confirms a
     Terminating pod at once, as its kubelet would.
     identity: client_ca (CA that client certificates are verified against, also published in
-    cluster-info), signing_cert/signing_key (the CSR signer), signing_duration (seconds)."""
+    cluster-info), signing_cert/signing_key (the CSR signer), signing_duration (seconds),
+    auto_approve_groups (bootstrap token groups whose kubelet client CSRs are approved, as a
+    managed service's control plane approves its own agents')."""
     return Emulator(cluster, binds, port, cert, key, token_file, node_grace=node_grace,
                     version=version, log_file=log_file, rules_file=rules_file,
                     tick=tick, pdb_lag=pdb_lag, confirm_pod_deletion=confirm_pod_deletion, **identity).start()

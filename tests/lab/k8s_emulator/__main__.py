@@ -29,6 +29,9 @@ def main(argv=None):
     p.add_argument("--cluster-signing-key-file", help="its key")
     p.add_argument("--cluster-signing-duration", type=float, default=365 * 24 * 3600,
                    help="longest certificate lifetime in seconds (default one year)")
+    p.add_argument("--csr-auto-approve-group", action="append", default=[],
+                   help="bootstrap token group whose kubelet client CSRs are approved at once "
+                        "(kube-controller-manager's csrapproving for that group; repeatable)")
     args = p.parse_args(argv)
 
     logging.basicConfig(level=logging.INFO if not args.log_file else logging.WARNING,
@@ -39,7 +42,8 @@ def main(argv=None):
                     rules_file=args.rules_file, client_ca=args.client_ca_file,
                     signing_cert=args.cluster_signing_cert_file,
                     signing_key=args.cluster_signing_key_file,
-                    signing_duration=args.cluster_signing_duration)
+                    signing_duration=args.cluster_signing_duration,
+                    auto_approve_groups=args.csr_auto_approve_group)
     except OSError as exc:
         print("k8s_emulator: cannot start %s: %s" % (args.cluster, exc), file=sys.stderr)
         return 1

@@ -182,7 +182,7 @@ class Emulator:
     def __init__(self, cluster, binds, port, cert, key, token_file, node_grace=40.0,
                  version="v1.30.4", log_file=None, rules_file=None, tick=0.2, pdb_lag=0.2,
                  confirm_pod_deletion=False, client_ca=None, signing_cert=None, signing_key=None,
-                 signing_duration=365 * 24 * 3600):
+                 signing_duration=365 * 24 * 3600, auto_approve_groups=()):
         self.cluster = cluster
         self.version = version
         validation.preload()  # a missing schema package fails the start, not every write
@@ -202,7 +202,8 @@ class Emulator:
             ctx.verify_mode = ssl.CERT_OPTIONAL
             ctx.load_verify_locations(client_ca)
         signer = certificates.Signer(signing_cert, signing_key, signing_duration) if signing_key else None
-        self.identity = identity.IdentityControllers(self.store, signer, tick=tick)
+        self.identity = identity.IdentityControllers(self.store, signer, tick=tick,
+                                                     auto_approve_groups=auto_approve_groups)
         self.servers = []
         for host in binds:
             srv = _Server((host, port), Handler, ctx, self)

@@ -1,6 +1,7 @@
 """The two Kubernetes API emulators: PKI, tokens, kubeconfigs, processes, and the cloud
 nodes' credentials (a kube-system Secret per node, filled in by the emulator)."""
 import base64
+import hashlib
 import json
 import os
 import secrets
@@ -193,6 +194,9 @@ def start_emulator(cluster):
            "--node-grace", os.environ.get("HGPU_LAB_NODE_GRACE", "20"),
            "--version", config.CLUSTERS[cluster]["version"],
            "--log-file", os.path.join(d, "emulator.log")]
+    if cluster == CONNECTOR_CLUSTER:
+        # the vendor connector's CSRs are approved by the "managed service", not by the collection
+        cmd += ["--csr-auto-approve-group", CONNECTOR_GROUP]
     env = dict(os.environ, PYTHONPATH=config.LAB_SRC)
     log("starting %s emulator on %s" % (cluster, config.api_url(cluster)))
     out = open(os.path.join(d, "emulator.out"), "ab")
@@ -248,7 +252,60 @@ def ensure_emulators():
         if start_emulator(cluster):
             started.append(cluster)
         ensure_device_plugin(cluster)
+    ensure_connector_token()
     return started
+
+
+# ---- the vendor connector's activation token -----------------------------------------
+# The lab's stand-in for a managed service that takes bring-your-own nodes: its activation
+# token is a bootstrap token of the onprem emulator in CONNECTOR_GROUP, whose kubelet client
+# CSRs the emulator approves itself (inventories/lab reads the token from the file).
+CONNECTOR_CLUSTER = "onprem"
+CONNECTOR_GROUP = "system:bootstrappers:vendor-connect"
+
+
+def connector_token_path():
+    return os.path.join(cluster_dir(CONNECTOR_CLUSTER), "connector-token")
+
+
+def ca_cert_hash():
+    """sha256:<hex> of the lab CA's SubjectPublicKeyInfo (kubeadm's discovery hash)."""
+    pub = subprocess.run(["openssl", "x509", "-noout", "-pubkey", "-in", ca_path()],
+                         capture_output=True, check=True).stdout
+    der = subprocess.run(["openssl", "pkey", "-pubin", "-outform", "DER"], input=pub,
+                         capture_output=True, check=True).stdout
+    return "sha256:" + hashlib.sha256(der).hexdigest()
+
+
+def ensure_connector_token():
+    """Create the token file once and its bootstrap token Secret whenever it is missing (the
+    emulator keeps its objects in memory), and write the CA hash the connector pins next to
+    it. Returns True when the Secret was created."""
+    write_if_changed(os.path.join(cluster_dir(CONNECTOR_CLUSTER), "connector-ca-hash"), ca_cert_hash() + "\n", 0o644)
+    path = connector_token_path()
+    try:
+        with open(path) as fh:
+            token = fh.read().strip()
+    except FileNotFoundError:
+        alphabet = "abcdefghijklmnopqrstuvwxyz0123456789"
+        token = "%s.%s" % ("".join(secrets.choice(alphabet) for dummy in range(6)),
+                           "".join(secrets.choice(alphabet) for dummy in range(16)))
+        write_if_changed(path, token + "\n", 0o600)
+    token_id, dummy, secret = token.partition(".")
+    name = "bootstrap-token-" + token_id
+    base = "/api/v1/namespaces/kube-system/secrets"
+    status, body = api(CONNECTOR_CLUSTER, "GET", base + "/" + name)
+    if status == 200:
+        return False
+    status, body = api(CONNECTOR_CLUSTER, "POST", base, body={
+        "apiVersion": "v1", "kind": "Secret", "type": "bootstrap.kubernetes.io/token",
+        "metadata": {"name": name, "namespace": "kube-system"},
+        "stringData": {"token-id": token_id, "token-secret": secret, "usage-bootstrap-authentication": "true",
+                       "usage-bootstrap-signing": "true", "auth-extra-groups": CONNECTOR_GROUP,
+                       "description": "lab vendor connector activation token"}})
+    if status not in (200, 201, 409):
+        raise LabError("creating the connector's bootstrap token on %s: HTTP %s %s" % (CONNECTOR_CLUSTER, status, body))
+    return True
 
 
 # The NVIDIA device plugin's DaemonSet, named as the GPU Operator and the static manifest name

@@ -171,3 +171,26 @@ def test_node_may_not_create_ordinary_pods_or_touch_its_taints():
     with pytest.raises(ApiError) as err:
         auth.admit_node(node, nodes, "", old, {"metadata": {"name": "n1"}, "spec": {}})
     assert err.value.message == 'nodes "n1" is forbidden: node "n1" is not allowed to modify taints'
+
+
+def test_auto_approval_only_for_the_configured_bootstrap_group():
+    st = Store()
+    csrs = BY_PLURAL["certificatesigningrequests"]
+
+    def csr(name, groups, username="system:bootstrap:abcdef", signer="kubernetes.io/kube-apiserver-client-kubelet"):
+        st.put_internal(csrs, {"apiVersion": "certificates.k8s.io/v1", "kind": "CertificateSigningRequest",
+                               "metadata": {"name": name},
+                               "spec": {"signerName": signer, "username": username, "groups": groups,
+                                        "usages": ["digital signature", "client auth"], "request": ""}})
+
+    csr("vendor", ["system:bootstrappers", "system:bootstrappers:vendor"])
+    csr("other-group", ["system:bootstrappers", "system:bootstrappers:hybridgpu"])
+    csr("not-bootstrap", ["system:bootstrappers:vendor"], username="alice")
+    csr("serving", ["system:bootstrappers:vendor"], signer="kubernetes.io/kubelet-serving")
+    identity.IdentityControllers(st).run_once()  # no group configured: nothing approved
+    assert not (st.find(csrs, None, "vendor").get("status") or {}).get("conditions")
+    identity.IdentityControllers(st, auto_approve_groups=["system:bootstrappers:vendor"]).run_once()
+    approved = [n for n in ("vendor", "other-group", "not-bootstrap", "serving")
+                if (st.find(csrs, None, n).get("status") or {}).get("conditions")]
+    assert approved == ["vendor"]
+    assert st.find(csrs, None, "vendor")["status"]["conditions"][0]["reason"] == "AutoApproved"

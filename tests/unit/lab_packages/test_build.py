@@ -10,7 +10,7 @@ DEBS = {
     "nvidia-driver-535_535.230.02-1_all.deb", "nvidia-driver-535_535.247.01-1_all.deb",
     "nvidia-driver-550_550.163.01-1_all.deb", "nvidia-driver-570_570.172.08-1_all.deb",
     "nccl-tests_2.13.11-1_all.deb", "hybridgpu-node-agent_0.1.0-1_all.deb",
-    "kubeadm_1.30.4-1.1_all.deb", "kubelet_1.30.4-1.1_all.deb",
+    "kubeadm_1.30.4-1.1_all.deb", "kubelet_1.30.4-1.1_all.deb", "vendor-node-connector_0.3.0-1_all.deb",
 }
 
 
@@ -72,6 +72,19 @@ def test_kubeadm_and_kubelet_packages(repo):
     assert "Depends: python3, openssl, kubelet" in _info(repo / "kubeadm_1.30.4-1.1_all.deb")
     kubelet = _contents(repo / "kubelet_1.30.4-1.1_all.deb")
     assert kubelet["./usr/bin/kubelet"] == "-rwxr-xr-x" and "./lib/systemd/system/kubelet.service" in kubelet
+
+
+def test_vendor_connector_package(repo):
+    deb = repo / "vendor-node-connector_0.3.0-1_all.deb"
+    files = _contents(deb)
+    for path in ("./usr/bin/vendor-node-connect", "./usr/bin/vendor-node-disconnect",
+                 "./usr/lib/vendor-node-connector/kubeadm", "./usr/lib/vendor-node-connector/kubelet"):
+        assert files[path] == "-rwxr-xr-x", path
+    assert "./lib/systemd/system/vendor-node-connector.service" in files
+    # self-contained: it does not pull in the kubeadm or kubelet packages, and enables nothing itself
+    assert "Depends: python3, openssl\n" in _info(deb)
+    ctrl = subprocess.run(["dpkg-deb", "-I", str(deb)], capture_output=True, text=True, check=True).stdout
+    assert "postinst" not in ctrl
 
 
 def test_rebuild_skipped_and_deterministic(tmp_path, build_module):

@@ -118,7 +118,9 @@ def test_what_the_node_had_before_is_never_recorded_and_never_removed(tmp_path):
     assert ("user", "hgpu-gpu-exporter") in recorded
     assert ("directory", "/etc/hybridgpu/node-agent") in recorded
     # what was left out is said, not silently dropped
-    assert [a["name"] for a in agents["had"]] == ["prometheus-node-exporter", "prometheus"]
+    # the exporter's unit was active before onboarding: the node's own, never stopped by removal
+    assert [a["name"] for a in agents["had"]] == ["prometheus-node-exporter", "prometheus",
+                                                  "prometheus-node-exporter.service"]
     assert [a["path"] for a in join["had"]] == ["/etc/hybridgpu"]
     # the manifest's own folder stays listed, marked as not created by onboarding
     folder = [a for a in manifest.artefacts(doc, "directory") if a["path"] == "/var/lib/hybridgpu"]
@@ -131,6 +133,8 @@ def test_what_the_node_had_before_is_never_recorded_and_never_removed(tmp_path):
     assert plan["users"] == ["hgpu-gpu-exporter"]
     assert "/etc/hybridgpu" not in plan["directories"] and "/var/lib/hybridgpu" not in plan["directories"]
     assert "prometheus-node-exporter" in plan["restore"]["packages"]
+    assert "prometheus-node-exporter.service" not in plan["units"]
+    assert "prometheus-node-exporter.service" in plan["restore"]["units"]
     # a rerun changes nothing
     assert [r["changed"] for r in onboard_again(path)] == [False, False]
 

@@ -35,6 +35,8 @@ import urllib.request
 
 ETC = os.environ.get("KUBEADM_ETC", "/etc/kubernetes")
 VAR = os.environ.get("KUBEADM_VAR", "/var/lib/kubelet")
+# the unit restarted after the join and stopped by reset (the lab's vendor connector runs its own)
+UNIT = os.environ.get("KUBEADM_KUBELET_UNIT", "kubelet.service")
 SIGNER = "kubernetes.io/kube-apiserver-client-kubelet"
 CLUSTER_INFO = "/api/v1/namespaces/kube-public/configmaps/cluster-info"
 VERSION = "v1.30.4"
@@ -352,13 +354,13 @@ def join(path):
     write(os.path.join(ETC, "kubelet.conf"),
           kubeconfig(server, "system:node:" + name, [("client-certificate", current), ("client-key", current)]))
     os.unlink(boot_conf)
-    subprocess.run(["systemctl", "restart", "kubelet.service"], check=True)
+    subprocess.run(["systemctl", "restart", UNIT], check=True)
     print("This node has joined the cluster (CSR %s):\n* Certificate signing request was sent to "
           "apiserver and a response was received." % csr_name, flush=True)
 
 
 def reset():
-    subprocess.run(["systemctl", "stop", "kubelet.service"], check=False)
+    subprocess.run(["systemctl", "stop", UNIT], check=False)
     for path in ("kubelet.conf", "bootstrap-kubelet.conf", "pki"):
         full = os.path.join(ETC, path)
         if os.path.isdir(full) and not os.path.islink(full):
