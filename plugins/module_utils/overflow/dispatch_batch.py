@@ -61,12 +61,12 @@ class BatchDispatcher(Dispatcher):
         pending, self.pending = self.pending, []
         if not pending:
             return None
-        batch = submit_pool.submit_batch(self.cloud, [(name, job_id, attempt_id, body)
-                                                      for job_id, attempt_id, name, body, res in pending],
+        batch = submit_pool.submit_batch(self.cloud, [(p[2], p[0], p[1], p[3]) for p in pending],
                                          workers=self.workers, qps=self.qps)
         cloud, self.cloud = self.cloud, _Lookups(self.cloud, batch)
         try:
-            for job_id, attempt_id, name, body, res in pending:
+            for entry in pending:
+                job_id, attempt_id, res = entry[0], entry[1], entry[4]
                 res.update(self.record_submit(job_id, attempt_id, batch.answers[job_id]))
                 seen = batch.found.get(job_id)
                 res["confirmed"] = seen is not None and seen.attempt_id == res.get("attempt_id")

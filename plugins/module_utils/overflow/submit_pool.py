@@ -121,7 +121,8 @@ def submit_batch(cloud, items, workers=8, qps=50.0, limiter=None):
         batch.found = _find_many(cloud, [item[1] for item in items], batch)
     except (backends.LinkDown, k8s.K8sError) as exc:   # the batch stays unconfirmed
         batch.list_error = exc
-    for (name, job_id, attempt_id, spec), res in zip(items, sent):
+    for item, res in zip(items, sent):
+        name, job_id, attempt_id = item[:3]
         seen = batch.found.get(job_id)
         conflict = isinstance(res, backends.SubmitResult) and res.outcome == CONFLICT
         if seen is not None and (seen.attempt_id == attempt_id or conflict):
