@@ -162,7 +162,7 @@ options:
     description: Site GPU pool by type, used when the queue backend cannot see the nodes.
     type: dict
   cloud:
-    description: The cloud cluster (Kubernetes connection options, C(namespace), C(pool)). Unknown keys are refused.
+    description: The cloud cluster (Kubernetes connection options, C(namespace), C(pool), C(submit_workers), C(submit_qps)). Unknown keys are refused.
     type: dict
     required: true
     suboptions:
@@ -173,6 +173,19 @@ options:
         description: The cloud node pool (C(warm) when omitted).
         type: str
         choices: [warm, on_demand]
+      submit_workers:
+        description:
+          - Threads that send the cloud creates of a pass at once (8 when omitted). They share one API client whose
+            connection pool keeps this many connections open for reuse.
+          - The creates of the whole pass go out after every chosen job is held and staged; one list by the job-ID
+            label (per 100 jobs) then confirms them, adopts a Job whose create answered 409 or got no answer, and
+            finds none where a create without an answer did not land.
+        type: int
+      submit_qps:
+        description:
+          - Client-side limit on the cloud creates per second, all workers together (50 when omitted; C(0) sets no
+            limit). Set it under the rate the cloud's API server allows this client.
+        type: float
       host:
         description: API server URL, overriding the kubeconfig's server.
         type: str
@@ -324,7 +337,7 @@ EXAMPLES = r"""
     job_classes: "{{ inventory_dir }}/overflow/job_classes.yml"
     local_queue: {kind: slurm, host: 10.40.0.5, ssh_key: ~/.ssh/id_ed25519, known_hosts: /etc/overflow/known_hosts}
     total_gpus: {"NVIDIA A100-SXM4-80GB": 8}
-    cloud: {kubeconfig: ~/.kube/config, context: cloud, namespace: overflow}
+    cloud: {kubeconfig: ~/.kube/config, context: cloud, namespace: overflow, submit_workers: 8, submit_qps: 50}
     storage: {host: 10.128.8.30, ssh_key: ~/.ssh/id_ed25519, known_hosts: /etc/overflow/known_hosts,
               onprem_root: /srv/overflow/results}
     job_template:
@@ -362,6 +375,12 @@ snapshot:
   description: The local queue as read for this pass (now, free_gpus, total_gpus, jobs).
   returned: always
   type: dict
+submission:
+  description:
+    - The cloud creates of this pass (jobs), how many the confirming list showed (confirmed), the list calls made
+      (lists), the pool's workers and qps, and the seconds it took. Each result it settled carries C(confirmed).
+  returned: when the pass sent cloud creates
+  type: dict
 """
 
 from ansible.module_utils.basic import AnsibleModule
@@ -395,6 +414,8 @@ CLOUD_OPTIONS = dict(
     K8S_SUBOPTIONS,
     namespace=dict(type="str"),
     pool=dict(type="str", choices=["warm", "on_demand"]),
+    submit_workers=dict(type="int"),
+    submit_qps=dict(type="float"),
 )
 UPLOAD_OPTIONS = dict(
     host=dict(type="str", required=True),

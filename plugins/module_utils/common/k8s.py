@@ -128,6 +128,8 @@ def build_api_client(params):
         cfg.verify_ssl = bool(params["validate_certs"])
     # Our own backoff decides about retries; urllib3 must not retry underneath it.
     cfg.retries = False
+    # pool_size: connections kept open for reuse, at least one per thread that shares the client
+    cfg.connection_pool_maxsize = max(cfg.connection_pool_maxsize or 1, int(params.get("pool_size") or 0))
     return k8s_client.ApiClient(configuration=cfg)
 
 
@@ -363,10 +365,8 @@ def _selectors(label_selector, field_selector):
 
 def node_ready(node):
     """'True', 'False' or 'Unknown' from the Node's Ready condition ('Unknown' when absent)."""
-    for cond in (node.get("status") or {}).get("conditions") or []:
-        if cond.get("type") == "Ready":
-            return cond.get("status") or "Unknown"
-    return "Unknown"
+    found = [c for c in (node.get("status") or {}).get("conditions") or [] if c.get("type") == "Ready"]
+    return (found[0].get("status") or "Unknown") if found else "Unknown"
 
 
 def node_summary(node):

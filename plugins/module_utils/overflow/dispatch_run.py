@@ -16,17 +16,23 @@ from . import carry, jobclass, stagers, trigger
 from .remote import UnsafeName, check_name
 from .k8s_backend import K8sCloudCluster, K8sLocalQueue
 from .ledger import LedgerBusy, open_ledger
-from .protocol import ACTIVE_STATES, J_FINISHED, Dispatcher
+from .dispatch_batch import BatchDispatcher
+from .protocol import ACTIVE_STATES, J_FINISHED
 from .slurm_backend import SlurmLocalQueue
+
+
+DEFAULT_WORKERS = 8
+DEFAULT_QPS = 50.0
 
 
 class RunError(ValueError):
     pass
 
 
-def _kube(opts, what):
+def _kube(opts, what, pool_size=None):
     params = dict((key, opts.get(key)) for key in k8s.AUTH_KEYS if opts.get(key) is not None)
     params.setdefault("request_timeout", 10.0)
+    params["pool_size"] = pool_size
     try:
         return k8s.Kube(params)
     except k8s.K8sError as exc:
@@ -46,9 +52,20 @@ def build_local(opts, classes):
     raise RunError("local_queue.kind must be kubernetes or slurm, not %r" % (kind,))
 
 
+def submit_settings(opts):
+    """(workers, qps) of the cloud submission pool: cloud.submit_workers (8) and cloud.submit_qps (50; 0: no limit)."""
+    workers = opts.get("submit_workers")
+    qps = opts.get("submit_qps")
+    workers = DEFAULT_WORKERS if workers is None else int(workers)
+    qps = DEFAULT_QPS if qps is None else float(qps)
+    if workers < 1 or qps < 0:
+        raise RunError("cloud.submit_workers must be 1 or more and cloud.submit_qps 0 or more (got %s, %s)" % (workers, qps))
+    return workers, qps
+
+
 def build_cloud(opts):
-    return K8sCloudCluster(_kube(opts, "cloud"), namespace=opts.get("namespace") or "overflow",
-                           pool=opts.get("pool") or "warm")
+    return K8sCloudCluster(_kube(opts, "cloud", pool_size=submit_settings(opts)[0]),
+                           namespace=opts.get("namespace") or "overflow", pool=opts.get("pool") or "warm")
 
 
 def build_stager(opts):
@@ -182,57 +199,69 @@ def run(params):
         out["busy"] = busy
         return out
     try:
-        dispatcher = Dispatcher(local, cloud, stager, tracker, path, actor=params.get("actor") or path,
-                                max_attempts=int(params.get("max_attempts") or 3))
+        workers, qps = submit_settings(params["cloud"])
+        dispatcher = BatchDispatcher(local, cloud, stager, tracker, path, actor=params.get("actor") or path,
+                                     max_attempts=int(params.get("max_attempts") or 3), workers=workers, qps=qps)
         cloud.ensure_namespace()
-        by_id = dict((j.job_id, j) for j in snap.jobs)
-        action = params.get("action") or "dispatch"
-        if action == "return_to_local":
-            for job_id in params.get("jobs") or []:
-                out["results"].append(dispatcher.return_to_local(job_id, params.get("actor") or path))
-            return out
-        if path == "operator":
-            chosen = list(params.get("jobs") or [])
-        else:
-            chosen = [x["job_id"] for x in decisions if x["decision"] == "move"]
-        # advance jobs already in flight first (their state is in the tracker)
-        for job in tracker.jobs():
-            if job["state"] in ACTIVE_STATES or (job["state"] == J_FINISHED and action == "step"):
-                if job["job_id"] not in chosen:
-                    out["results"].append(dispatcher.step(job["job_id"]))
-        if action == "step":
-            return out
-        # the Slurm jobs' TRES and batch scripts, for every chosen job in one SSH round trip
-        slurm_read = local.read_jobs([j for j in chosen if j in by_id]) if isinstance(local, SlurmLocalQueue) else {}
-        for job_id in chosen:
-            q = by_id.get(job_id)
-            cls_name = q.job_class if q else None
-            if cls_name is None and tracker.job(job_id):
-                cls_name = tracker.job(job_id)["job_class"]
-            cls = classes.get(cls_name)
-            if cls is None:
-                out["results"].append({"job_id": job_id, "path": path, "outcome": "refused",
-                                       "reason": "job is not in the local queue or its class %r is unknown" % cls_name})
-                continue
-            if cls["restricted"]:
-                out["results"].append({"job_id": job_id, "path": path, "outcome": "refused",
-                                       "reason": "class %s is restricted: its data may not leave the site" % cls_name})
-                continue
-            job = tracker.job(job_id)
-            if job is not None and job["state"] in ACTIVE_STATES:
-                out["results"].append(dispatcher.step(job_id))
-                continue
-            inputs = (params.get("inputs") or {}).get(cls_name) or []
-            try:
-                spec = cloud_spec(job_id, cls, params.get("job_template"), inputs, local, slurm_read.get(job_id))
-            except (carry.CarryRefused, ValueError) as exc:
-                # refused before any hold: the local entry is untouched
-                out["results"].append({"job_id": job_id, "path": path, "outcome": "refused", "reason": str(exc)})
-                continue
-            res = dispatcher.dispatch(job_id, cls_name, spec=spec, inputs=inputs)
-            log_rewrites(tracker, job_id, res, spec, path)
-            res["staging"] = dict(stager.last)
-            out["results"].append(res)
+        _advance(dispatcher, params, decisions, snap, classes, out)
+        # the cloud creates of the whole pass, sent from the worker pool and confirmed by one list
+        batch = dispatcher.flush()
+        if batch is not None:
+            out["submission"] = {"jobs": batch.creates, "confirmed": len(batch.confirmed), "lists": batch.lists,
+                                 "workers": workers, "qps": qps, "seconds": round(batch.seconds, 3)}
         return out
     finally:
         tracker.close()
+
+
+def _advance(dispatcher, params, decisions, snap, classes, out):
+    """The pass itself: return_to_local, or advance jobs in flight, then dispatch the chosen jobs."""
+    path, tracker, local, stager = dispatcher.path, dispatcher.tracker, dispatcher.local, dispatcher.stager
+    by_id = dict((j.job_id, j) for j in snap.jobs)
+    action = params.get("action") or "dispatch"
+    if action == "return_to_local":
+        for job_id in params.get("jobs") or []:
+            out["results"].append(dispatcher.return_to_local(job_id, params.get("actor") or path))
+        return
+    if path == "operator":
+        chosen = list(params.get("jobs") or [])
+    else:
+        chosen = [x["job_id"] for x in decisions if x["decision"] == "move"]
+    # advance jobs already in flight first (their state is in the tracker)
+    for job in tracker.jobs():
+        if job["state"] in ACTIVE_STATES or (job["state"] == J_FINISHED and action == "step"):
+            if job["job_id"] not in chosen:
+                out["results"].append(dispatcher.step(job["job_id"]))
+    if action == "step":
+        return
+    # the Slurm jobs' TRES and batch scripts, for every chosen job in one SSH round trip
+    slurm_read = local.read_jobs([j for j in chosen if j in by_id]) if isinstance(local, SlurmLocalQueue) else {}
+    for job_id in chosen:
+        q = by_id.get(job_id)
+        cls_name = q.job_class if q else None
+        if cls_name is None and tracker.job(job_id):
+            cls_name = tracker.job(job_id)["job_class"]
+        cls = classes.get(cls_name)
+        if cls is None:
+            out["results"].append({"job_id": job_id, "path": path, "outcome": "refused",
+                                   "reason": "job is not in the local queue or its class %r is unknown" % cls_name})
+            continue
+        if cls["restricted"]:
+            out["results"].append({"job_id": job_id, "path": path, "outcome": "refused",
+                                   "reason": "class %s is restricted: its data may not leave the site" % cls_name})
+            continue
+        job = tracker.job(job_id)
+        if job is not None and job["state"] in ACTIVE_STATES:
+            out["results"].append(dispatcher.step(job_id))
+            continue
+        inputs = (params.get("inputs") or {}).get(cls_name) or []
+        try:
+            spec = cloud_spec(job_id, cls, params.get("job_template"), inputs, local, slurm_read.get(job_id))
+        except (carry.CarryRefused, ValueError) as exc:
+            # refused before any hold: the local entry is untouched
+            out["results"].append({"job_id": job_id, "path": path, "outcome": "refused", "reason": str(exc)})
+            continue
+        res = dispatcher.dispatch(job_id, cls_name, spec=spec, inputs=inputs)
+        log_rewrites(tracker, job_id, res, spec, path)
+        res["staging"] = dict(stager.last)
+        out["results"].append(res)

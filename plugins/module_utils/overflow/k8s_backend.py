@@ -34,6 +34,8 @@ from .trigger import QueueJob, QueueSnapshot
 
 CLASS_LABEL = "hybridgpu.io/job-class"
 DEADLINE_ANNOTATION = "hybridgpu.io/deadline"
+# send() answers CONFLICT for 409 AlreadyExists: submit() adopts, the pool confirms by its list.
+CONFLICT = "conflict"
 # The line the upload step (upload_step.py) prints once the job's output is in cloud storage.
 OUTPUT_MARK = "OVF_OUTPUT"
 
@@ -242,28 +244,65 @@ class K8sCloudCluster(backends.CloudCluster):
                          node_selector=spec.get("node_selector"), backoff_limit=0)
 
     def submit(self, name, job_id, attempt_id, spec):
-        body = self.body(name, job_id, attempt_id, spec)
         saved = self.kube.retries
         self.kube.retries = 0       # a create is never retried blindly: the protocol reconciles
         try:
-            created = self.kube.create_job(self.ns, body)
+            res = self.send(name, job_id, attempt_id, spec)
+        finally:
+            self.kube.retries = saved
+        if res.outcome == CONFLICT:
+            existing = self.find_by_job_id(job_id)
+            if existing is None:
+                raise res.reason
+            return backends.SubmitResult(backends.ALREADY_EXISTS, job=existing)
+        return res
+
+    def sender(self):
+        """A Kube on this cluster's API client (its connection pool) that never retries: for
+        creates sent from several threads at once (submit_pool.py)."""
+        once = k8s.Kube(api_client=self.kube.api_client, retries=0)
+        once.timeout = self.kube.timeout
+        return once
+
+    def send(self, name, job_id, attempt_id, spec, kube=None):
+        """One create of the Job, as it comes: SubmitResult CREATED (.job), REJECTED (.reason), or
+        CONFLICT (409 AlreadyExists; .reason holds the error). Raises LostResponse when the request
+        went out and no answer (or a 5xx) came back, LinkDown when it never went out."""
+        kube = kube or self.kube
+        try:
+            created = kube.create_job(self.ns, self.body(name, job_id, attempt_id, spec))
         except k8s.K8sError as err:
-            if err.status is None:
+            if not err.status:      # None: no HTTP answer; 0: the client's TLS or transport error (effect unknown)
                 if err.request_sent:
                     raise backends.LostResponse("create of Job %s/%s: no response (%s)" % (self.ns, name, err.message))
                 raise backends.LinkDown("create of Job %s/%s never got out: %s" % (self.ns, name, err.message))
             if err.conflict and (err.body.get("reason") == "AlreadyExists" or "already exists" in (err.message or "")):
-                existing = self.find_by_job_id(job_id)
-                if existing is not None:
-                    return backends.SubmitResult(backends.ALREADY_EXISTS, job=existing)
+                return backends.SubmitResult(CONFLICT, reason=err)
             if err.status in (400, 403, 422):
                 return backends.SubmitResult(backends.REJECTED, reason="HTTP %s: %s" % (err.status, err.message))
             if err.status >= 500:
                 raise backends.LostResponse("create of Job %s/%s: HTTP %s, effect unknown" % (self.ns, name, err.status))
             raise
-        finally:
-            self.kube.retries = saved
         return backends.SubmitResult(backends.CREATED, job=self._cloud_job(created, []))
+
+    def find_many(self, job_ids, chunk=100):
+        """job ID -> CloudJob for the job IDs that have a Job here, from one list by the job-ID
+        label per `chunk` IDs (`in (...)`: the selector stays a few kB long). The phase is read
+        from the Jobs alone (no pods): enough to confirm a submission, not to judge a run."""
+        names = dict((cloud_job_name(j), j) for j in job_ids)
+        found = {}
+        wanted = sorted(names)
+        for start in range(0, len(wanted), chunk):
+            sel = "%s in (%s)" % (LABEL_JOB, ",".join(wanted[start:start + chunk]))
+            try:
+                jobs = self.kube.list_jobs(self.ns, label_selector=sel)
+            except k8s.K8sError as err:
+                self._link(err, "list Jobs of %d job IDs" % len(wanted[start:start + chunk]))
+            for job in jobs:
+                job_id = names.get((job["metadata"].get("labels") or {}).get(LABEL_JOB))
+                if job_id is not None:
+                    found[job_id] = self._cloud_job(job, [])
+        return found
 
     def _jobs(self, job_id):
         try:

@@ -74,16 +74,9 @@ class Dispatcher(object):
                  max_transfer_tries=3, max_return_tries=3, id_factory=new_attempt_id):
         if path not in PATHS:
             raise ValueError("path must be one of %s, not %r" % (PATHS, path))
-        self.local = local
-        self.cloud = cloud
-        self.stager = stager
-        self.tracker = tracker
-        self.path = path
-        self.actor = actor
-        self.max_attempts = max_attempts
-        self.max_transfer_tries = max_transfer_tries
-        self.max_return_tries = max_return_tries
-        self.new_id = id_factory
+        self.local, self.cloud, self.stager, self.tracker = local, cloud, stager, tracker
+        self.path, self.actor, self.new_id = path, actor, id_factory
+        self.max_attempts, self.max_transfer_tries, self.max_return_tries = max_attempts, max_transfer_tries, max_return_tries
 
     # -- helpers --------------------------------------------------------------------------------
 
@@ -304,8 +297,16 @@ class Dispatcher(object):
         try:
             res = self.cloud.submit(name, job_id, attempt_id, body)
         except (backends.LostResponse, backends.LinkDown) as exc:
-            kind = "lost_response" if isinstance(exc, backends.LostResponse) else "link_down"
-            self._log(job_id, attempt_id, "submit", kind, str(exc))
+            res = exc
+        return self.record_submit(job_id, attempt_id, res)
+
+    def record_submit(self, job_id, attempt_id, res):
+        """Record the cloud's answer to a submission: a SubmitResult, or the LostResponse or
+        LinkDown it raised (then the cloud is looked up by job-ID label: reconcile)."""
+        name = cloud_job_name(job_id)
+        if isinstance(res, Exception):
+            kind = "lost_response" if isinstance(res, backends.LostResponse) else "link_down"
+            self._log(job_id, attempt_id, "submit", kind, str(res))
             self.tracker.set_attempt(attempt_id, state="unknown")
             self.tracker.set_job_state(job_id, J_HELD_UNKNOWN)
             return self.reconcile(job_id)

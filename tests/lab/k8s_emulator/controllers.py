@@ -140,6 +140,18 @@ def terminating(pod):
     return bool(pod["metadata"].get("deletionTimestamp"))
 
 
+def _job_fields(job):
+    spec = job.get("spec") or {}
+    return (spec.get("suspend"), spec.get("parallelism"), spec.get("completions"), spec.get("backoffLimit"),
+            len((job.get("status") or {}).get("conditions") or []))
+
+
+def _pod_fields(pod):
+    meta = pod["metadata"]
+    return (meta["name"], meta.get("resourceVersion"), meta.get("deletionTimestamp"),
+            (pod.get("status") or {}).get("phase"), pod_healthy(pod))
+
+
 def pdb_numbers(store, pdb):
     """(expected, current_healthy, desired_healthy, disruptions_allowed) for one PDB."""
     ns = pdb["metadata"]["namespace"]
@@ -237,6 +249,7 @@ class Controllers:
         self._stop = threading.Event()
         self._thread = None
         self._job_seen = {}  # job uid -> {"succeeded": set(pod uids), "failed": set(...)}
+        self._job_synced = {}  # job uid -> (its resourceVersion, its pods' names and versions) at the last sync
 
     def start(self):
         self._thread = threading.Thread(target=self._run, name="k8s-emulator-controllers",
@@ -354,8 +367,8 @@ class Controllers:
                         why("Insufficient %s" % GPU)
                     else:
                         fits.append((used.get(nname, 0), nname))
-            new = copy.deepcopy(pod)
             if fits:
+                new = copy.deepcopy(pod)
                 fits.sort()
                 target = fits[0][1]
                 new["spec"]["nodeName"] = target
@@ -367,28 +380,42 @@ class Controllers:
                 if reasons:
                     msg += ": " + ", ".join("%d %s" % (n, r) for r, n in sorted(reasons.items()))
                 msg += "."
+                cur = _cond(pod, "PodScheduled") or {}
+                if (cur.get("status"), cur.get("reason", ""), cur.get("message", "")) == ("False", "Unschedulable", msg):
+                    continue  # said already: no copy, no write
+                new = copy.deepcopy(pod)
                 if _set_cond(new, "PodScheduled", "False", "Unschedulable", msg):
                     self.store.put_internal(PODS, new)
 
     # ---- Job controller ----
     def jobs(self):
+        # the pods of every Job from one pass over the pods (namespace, owner uid -> pods, in key order)
+        owned = {}
+        for p in self.store.items("pods"):
+            for uid in set(r.get("uid") for r in p["metadata"].get("ownerReferences") or [] if r.get("uid")):
+                owned.setdefault((p["metadata"].get("namespace"), uid), []).append(p)
+        synced = {}
         for job in self.store.items("jobs"):
             if not job["metadata"].get("deletionTimestamp"):  # a Job being deleted gets no new pods
-                self._sync_job(job)
+                meta = job["metadata"]
+                pods = owned.get((meta["namespace"], meta["uid"]), [])
+                # The sync depends on the Job and its pods alone: a Job whose pods and itself are as
+                # at its last sync (versions, and the fields the sync reads) comes out the same: skipped.
+                key = (meta.get("resourceVersion"), _job_fields(job), tuple(_pod_fields(p) for p in pods))
+                if self._job_synced.get(meta["uid"]) != key:
+                    self._sync_job(job, pods)
+                synced[meta["uid"]] = key
+        self._job_synced = synced
 
-    def _sync_job(self, job):
+    def _sync_job(self, job, pods):
         store = self.store
         uid = job["metadata"]["uid"]
-        ns = job["metadata"]["namespace"]
         spec = job.get("spec") or {}
-        status = job.get("status") or {}
         for t in ("Complete", "Failed"):
             c = _cond(job, t)
             if c and c.get("status") == "True":
                 return
         seen = self._job_seen.setdefault(uid, {"succeeded": set(), "failed": set()})
-        pods = [p for p in store.items("pods", ns)
-                if any(r.get("uid") == uid for r in p["metadata"].get("ownerReferences") or [])]
         for p in pods:
             phase = (p.get("status") or {}).get("phase")
             if terminating(p):

@@ -51,6 +51,11 @@ def node(cluster):
                                  "allocatable": {"nvidia.com/gpu": "8"}}})
     yield name
     core.delete_node(name)
+    # pod GC removes the node's pods in a later controller pass: wait for it, so the next test
+    # can create pods of the same names
+    deadline = time.monotonic() + 5
+    while pods_on(cluster, name) and time.monotonic() < deadline:
+        time.sleep(0.05)
     for pdb in cluster["policy"].list_namespaced_pod_disruption_budget(NS).items:
         cluster["policy"].delete_namespaced_pod_disruption_budget(pdb.metadata.name, NS)
 
