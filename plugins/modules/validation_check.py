@@ -53,7 +53,8 @@ options:
         stderr; exit status 127 - C(dcgmi) is not installed, reported as not run); optionally C(logs)
         (C({source, identifier, path, results}), C(results) holding one C({side, node, marker, found, error}) per side;
         the reference job's log line must be found on both nodes where the site's logs go).
-      - C(link_interruption) - C(timeline), C(window_s), C(max_rejoin_s).
+      - C(link_interruption) - C(timeline), C(window_s), C(max_rejoin_s); C(grace_period_s) and
+        C(grace_source) (the node grace period the window was sized from) are copied into the verdict.
       - C(baseline) - C(outputs) (list of all_reduce_perf stdout), C(margin).
     type: dict
     required: true
@@ -165,8 +166,12 @@ def judge(step, node, ev, exporter_text=None):
             verdict["passed"] = not verdict["reasons"]
         return verdict
     if step == "link_interruption":
-        return validation.interruption_verdict(dict(ev["timeline"]), ev.get("window_s"),
-                                               float(ev.get("max_rejoin_s", 60)))
+        verdict = validation.interruption_verdict(dict(ev["timeline"]), ev.get("window_s"),
+                                                  float(ev.get("max_rejoin_s", 60)))
+        grace = ev.get("grace_period_s")
+        verdict.update(grace_period_s=float(grace) if grace not in (None, "", "None") else None,
+                       grace_source=ev.get("grace_source"))
+        return verdict
     if step == "baseline":
         base = validation.baseline_from_summaries([validation.nccl_summary(o) for o in ev["outputs"]],
                                                   float(ev.get("margin", 0.10)))

@@ -252,6 +252,7 @@ def ensure_emulators():
         if start_emulator(cluster):
             started.append(cluster)
         ensure_device_plugin(cluster)
+        ensure_controller_manager_pod(cluster)
     ensure_connector_token()
     return started
 
@@ -332,6 +333,35 @@ def ensure_device_plugin(cluster):
     status, body = api(cluster, "POST", DEVICE_PLUGIN_PATH, body=DEVICE_PLUGIN)
     if status not in (200, 201, 409):
         raise LabError("creating the device plugin DaemonSet on %s: HTTP %s %s" % (cluster, status, body))
+    return True
+
+
+# The mirror pod a kubeadm control plane shows for its kube-controller-manager static pod,
+# carrying the emulator's node grace period on its command line (where validation reads it).
+# Its nodeSelector matches no Node: it stays Pending and runs nothing.
+def controller_manager_pod(cluster):
+    grace = os.environ.get("HGPU_LAB_NODE_GRACE", "20")
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "kube-controller-manager-lab-control-plane", "namespace": "kube-system",
+                         "labels": {"component": "kube-controller-manager", "tier": "control-plane"},
+                         "annotations": {"kubernetes.io/config.source": "file"}},
+            "spec": {"nodeSelector": {"hybridgpu.io/lab-control-plane": "none"},
+                     "containers": [{"name": "kube-controller-manager",
+                                     "image": "registry.k8s.io/kube-controller-manager:v1.30.4",
+                                     "command": ["kube-controller-manager", "--cluster-name=%s" % cluster,
+                                                 "--node-monitor-grace-period=%ss" % grace,
+                                                 "--use-service-account-credentials=true"]}]}}
+
+
+def ensure_controller_manager_pod(cluster):
+    pod = controller_manager_pod(cluster)
+    path = "/api/v1/namespaces/kube-system/pods"
+    status, body = api(cluster, "GET", path + "/" + pod["metadata"]["name"])
+    if status == 200:
+        return False
+    status, body = api(cluster, "POST", path, body=pod)
+    if status not in (200, 201, 409):
+        raise LabError("creating the controller manager's mirror pod on %s: HTTP %s %s" % (cluster, status, body))
     return True
 
 
