@@ -326,6 +326,10 @@ def test_link_interruption_job_continues_and_node_rejoins(joined, records):
     assert link["job_continued"] and link["pod_node"] == FAULT_NODE
     assert link["not_ready_status"] == "Unknown"
     assert 0 < link["reported_after_s"] <= link["window_s"]
+    # the window was sized from the grace period the cluster shows (its controller manager's pod)
+    assert link["grace_period_s"] == 20.0, link
+    assert link["grace_source"].startswith("kube-controller-manager-lab-control-plane:"), link
+    assert link["window_s"] == 30
     assert link["rejoin_s"] is not None and link["rejoin_s"] < 15
     assert "hgpu_validate_cut" not in nft_tables(FAULT_NODE)
 
