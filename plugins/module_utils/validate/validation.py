@@ -96,13 +96,14 @@ def inventory_verdict(node, facts, node_obj, expected, expected_labels=None):
 # -- step 2: reference job ---------------------------------------------------------------
 
 # The reference job itself is roles/validate/files/reference_job.py; it prints one line
-# starting with REF_MARK followed by JSON (checksum, loss and the inputs it used).
+# starting with REF_MARK followed by JSON (checksum, loss, the inputs it used and, on a GPU,
+# its check against the CPU; or an error when it could not run).
 REF_MARK = "HGPU_REF "
 
 
 def reference_env(settings):
-    """Job env from the reference settings (seed, samples, features, steps, lr, precision)."""
-    keys = ("seed", "samples", "features", "steps", "lr", "precision")
+    """Job env from the reference settings (seed, samples, features, steps, lr, precision, device)."""
+    keys = ("seed", "samples", "features", "steps", "lr", "precision", "device")
     return [{"name": "REF_" + k.upper(), "value": str(settings[k])} for k in keys if k in settings]
 
 
@@ -121,7 +122,7 @@ def parse_reference_log(text):
 def reference_verdict(owned, cloud, compare="checksum", tolerance=1e-6):
     """Compare two reference results {node, result, image}.
 
-    compare=checksum: the weights must be bit-identical (deterministic settings).
+    compare=checksum: the weights, rounded to 9 significant digits, must be identical.
     compare=metric: |loss_owned - loss_cloud| / max(|loss_cloud|, 1e-12) <= tolerance.
     The inputs (seed, samples, features, steps, lr, precision) and the image must match,
     otherwise the comparison would not mean anything.
@@ -130,7 +131,22 @@ def reference_verdict(owned, cloud, compare="checksum", tolerance=1e-6):
         raise ValidationError("compare must be checksum or metric, got %r" % compare)
     reasons = []
     owned_result, cloud_result = owned["result"], cloud["result"]
-    for key in ("seed", "samples", "features", "steps", "lr", "precision"):
+    # A run that could not do its work (no CUDA device, no PyTorch) or whose GPU result
+    # disagreed with the CPU says so in its line.
+    for side in (owned, cloud):
+        res = side["result"]
+        if res.get("error"):
+            reasons.append("reference job on %s: %s" % (side["node"], res["error"]))
+        gpu = res.get("gpu") or {}
+        if gpu.get("check") == "fail":
+            reasons.append("reference job on %s: the GPU's result (%s) differs from the CPU's by %.3g "
+                           "(relative), above %.3g" % (side["node"], gpu.get("name"),
+                                                       float(gpu.get("max_rel_diff_vs_cpu", 0)),
+                                                       float(gpu.get("tolerance", 0))))
+    if reasons:
+        return _verdict("reference_job", reasons, compare=compare, tolerance=tolerance,
+                        checksum_match=False, relative_loss_difference=None, owned=owned, cloud=cloud)
+    for key in ("seed", "samples", "features", "steps", "lr", "precision", "device"):
         if owned_result.get(key) != cloud_result.get(key):
             reasons.append("input %s differs: %s on %s, %s on %s" % (key, owned_result.get(key), owned["node"],
                                                                      cloud_result.get(key), cloud["node"]))

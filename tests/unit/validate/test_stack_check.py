@@ -162,7 +162,7 @@ def test_reference_job_logs_its_marker_and_still_prints_its_result():
     import sys
     from ansible_collections.hybridgpu.fleet.plugins.module_utils.validate import validation
     from hgpu_testenv import ROOT
-    env = dict(os.environ, REF_SAMPLES="16", REF_STEPS="3", REF_LOG_MARKER="hgpu-validate-log t owned n1 run1",
+    env = dict(os.environ, REF_DEVICE="cpu", REF_SAMPLES="16", REF_STEPS="3", REF_LOG_MARKER="hgpu-validate-log t owned n1 run1",
                REF_LOG_IDENT="hgpu-validate-test")
     proc = subprocess.run([sys.executable, os.path.join(ROOT, "roles", "validate", "files", "reference_job.py")],
                           env=env, capture_output=True, text=True, timeout=60, check=True)

@@ -70,12 +70,65 @@ def test_inventory_expected_from_preflight_matrix_row_and_empty_refused():
 
 # -- reference job ----------------------------------------------------------------------
 
-def run_reference(**env):
-    full = dict(os.environ)
+def run_reference(check=True, pythonpath=None, **env):
+    full = dict(os.environ, REF_DEVICE="cpu")
     full.update(("REF_" + k.upper(), str(val)) for k, val in env.items())
+    if pythonpath:
+        full["PYTHONPATH"] = pythonpath
     res = subprocess.run([sys.executable, REF_JOB], capture_output=True, text=True,
-                         env=full, timeout=60, check=True)
-    return validation.parse_reference_log("some noise\n" + res.stdout)
+                         env=full, timeout=60, check=check)
+    return validation.parse_reference_log("some noise\n" + res.stdout) if check else res
+
+
+def fake_torch(tmp_path, body):
+    """A `torch` package on PYTHONPATH standing for an image's PyTorch."""
+    pkg = tmp_path / "torch"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text(body)
+    return str(tmp_path)
+
+
+def test_reference_on_cuda_without_pytorch_fails_saying_so(tmp_path):
+    res = run_reference(check=False, device="cuda", steps=5,
+                        pythonpath=fake_torch(tmp_path, "raise ImportError('No module named torch')\n"))
+    assert res.returncode == 2
+    out = validation.parse_reference_log(res.stdout)
+    assert out["error"].startswith("PyTorch is not in the image") and "checksum" not in out
+    verdict = validation.reference_verdict({"node": "owned-a100-1", "image": "i", "result": out},
+                                           {"node": "cloud-h200-1", "image": "i", "result": run_reference(steps=5)})
+    assert not verdict["passed"]
+    assert verdict["reasons"] == ["reference job on owned-a100-1: " + out["error"]]
+
+
+def test_reference_on_cuda_without_a_device_fails_saying_so(tmp_path):
+    body = ("__version__ = '2.5.1'\n"
+            "class version:\n    cuda = '12.4'\n"
+            "class cuda:\n    @staticmethod\n    def is_available():\n        return False\n")
+    res = run_reference(check=False, device="cuda", steps=5, pythonpath=fake_torch(tmp_path, body))
+    assert res.returncode == 2
+    assert validation.parse_reference_log(res.stdout)["error"] == \
+        "no CUDA device visible to the container (torch 2.5.1, CUDA build 12.4)"
+
+
+def test_reference_gpu_result_off_the_cpu_fails():
+    a = run_reference(steps=5)
+    bad = dict(a, device="cuda", gpu={"name": "NVIDIA H200", "count": 1, "max_rel_diff_vs_cpu": 0.02,
+                                      "tolerance": 1e-9, "check": "fail"})
+    good = dict(a, device="cuda", gpu={"name": "NVIDIA A100-SXM4-80GB", "count": 1, "max_rel_diff_vs_cpu": 0.0,
+                                       "tolerance": 1e-9, "check": "pass"})
+    out = validation.reference_verdict({"node": "o", "image": "i", "result": good}, {"node": "c", "image": "i", "result": bad})
+    assert out["reasons"] == ["reference job on c: the GPU's result (NVIDIA H200) differs from the CPU's by 0.02 "
+                              "(relative), above 1e-09"]
+    assert validation.reference_verdict({"node": "o", "image": "i", "result": good},
+                                        {"node": "c", "image": "i", "result": dict(good)})["passed"]
+    # a cpu run against a cuda run is a different input
+    out = validation.reference_verdict({"node": "o", "image": "i", "result": good}, {"node": "c", "image": "i", "result": a})
+    assert any("input device differs" in r for r in out["reasons"])
+
+
+def test_reference_unknown_device_is_refused():
+    res = run_reference(check=False, device="tpu", steps=5)
+    assert res.returncode == 2 and "REF_DEVICE must be cuda or cpu" in validation.parse_reference_log(res.stdout)["error"]
 
 
 def test_reference_script_is_deterministic_and_learns():
