@@ -52,7 +52,7 @@ def fabricmanager(row):
 
 def wanted(node):
     row = config.ROWS[node["row"]]
-    pkgs = [row["driver"], "nccl-tests"] + GPU_STACK
+    pkgs = [row["driver"], "nccl-tests", "hybridgpu-lab-mpirun"] + GPU_STACK
     if "SXM" in row["spec"]["model"] and row["spec"]["count"] >= 8:
         pkgs.append(fabricmanager(row))  # NVSwitch board: fabric manager in lockstep with the driver
     if node["role"] == "cloud":

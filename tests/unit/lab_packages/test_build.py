@@ -11,6 +11,7 @@ DEBS = {
     "nvidia-driver-550_550.163.01-1_all.deb", "nvidia-driver-570_570.172.08-1_all.deb",
     "nccl-tests_2.13.11-1_all.deb", "hybridgpu-node-agent_0.1.0-1_all.deb",
     "kubeadm_1.30.4-1.1_all.deb", "kubelet_1.30.4-1.1_all.deb", "vendor-node-connector_0.3.0-1_all.deb",
+    "hybridgpu-lab-mpirun_4.1.4-1_all.deb",
 }
 
 

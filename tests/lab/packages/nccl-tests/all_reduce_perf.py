@@ -9,9 +9,10 @@ all_reduce formula, so busbw saturates at spec nccl.busbw_gbps for large message
 Faults: nccl_busbw_factor scales bandwidth, nccl_wrong > 0 puts wrong values on the largest
 rows and makes the run fail like the real test. Deterministic for a given spec and flags.
 
-Multi-node (a lab extension, real runs use MPI): `--nodes host1,host2` or env
-HGPU_NCCL_NODES; ranks are then listed per node with one GPU per process, as under mpirun,
-and bandwidth saturates at spec nccl.multinode_busbw_gbps (default: busbw_gbps).
+Multi-node: started by the lab's mpirun stand-in (OMPI_COMM_WORLD_SIZE > 1, the hosts in
+HGPU_LAB_MPI_HOSTS), or with the lab extension `--nodes host1,host2` / env HGPU_NCCL_NODES;
+ranks are then listed per node with one GPU per process, as under mpirun, and bandwidth
+saturates at spec nccl.multinode_busbw_gbps (default: busbw_gbps).
 """
 import argparse
 import hashlib
@@ -197,6 +198,10 @@ def main(argv=None):
     opts = build_parser().parse_args(argv)
     if opts.nodes is None:
         opts.nodes = os.environ.get("HGPU_NCCL_NODES") or None
+    if opts.nodes is None and int(os.environ.get("OMPI_COMM_WORLD_SIZE", "1") or 1) > 1:
+        # started by the lab's mpirun: the world's hosts come with it
+        hosts = [h.rpartition(":")[0] or h for h in os.environ.get("HGPU_LAB_MPI_HOSTS", "").split(",") if h]
+        opts.nodes = ",".join(hosts) or None
     try:
         with open(os.environ.get("HGPU_GPU_SPEC", SPEC_PATH), encoding="utf-8") as handle:
             spec = json.load(handle)
