@@ -179,6 +179,8 @@ def create_node(node, image):
          "--systemd=always", "--cap-add", "NET_ADMIN", "--cap-add", "NET_RAW",
          "--cap-add", "AUDIT_WRITE",
          "--label", "%s=%s" % (config.NODE_LABEL_KEY, name),
+         # The other nodes by name (a site's DNS), e.g. for an MPI hostfile naming a peer.
+         *[arg for n in config.NODES if n["name"] != name for arg in ("--add-host", "%s:%s" % (n["name"], n["ip"]))],
          "-v", "%s:/srv/hybridgpu-apt:ro" % apt_dir,
          # The directory, not the file: a host-side atomic rewrite stays visible.
          "-v", "%s:/etc/hybridgpu-lab:rw" % spec_dir,
