@@ -123,6 +123,41 @@ def purge_stray_agent(node):
     return True
 
 
+NODE_STAMP = "/var/lib/hybridgpu-lab/apt-build-hash"
+
+
+def repo_packages():
+    """Names of the packages the lab repository builds (its Packages index)."""
+    names = set()
+    with open(os.path.join(config.path("apt"), "Packages"), encoding="utf-8") as fh:
+        for line in fh:
+            if line.startswith("Package: "):
+                names.add(line.split(": ", 1)[1].strip())
+    return names
+
+
+def refresh_lab_packages(node):
+    """A node holds the lab packages of the repository build it last saw (stamp on the node).
+    After a rebuild their versions stay the same but their files may not, so the installed
+    ones are reinstalled and their units restarted (drivers and fabric managers keep their
+    own path: restore_driver)."""
+    build = _read(os.path.join(config.path("apt"), STAMP))
+    seen = run(["podman", "exec", node["name"], "cat", NODE_STAMP], check=False).stdout
+    if not build or seen == build:
+        return []
+    names = sorted(p for p in repo_packages() if not p.startswith(("nvidia-driver-", "nvidia-fabricmanager-")))
+    have = sorted(installed(node, names))
+    if have:
+        run(["podman", "exec", node["name"], "env", "DEBIAN_FRONTEND=noninteractive", "sh", "-ec",
+             "apt-get update -qq && apt-get install -y -q --reinstall --no-install-recommends %s >/dev/null && "
+             "for u in kubelet hybridgpu-node-agent vendor-node-connector hybridgpu-gpu-exporter nvidia-dcgm; do "
+             "systemctl try-restart $u.service 2>/dev/null; done; true" % " ".join(have)], timeout=600)
+        log("%s: reinstalled %s from the rebuilt lab repository" % (node["name"], " ".join(have)))
+    run(["podman", "exec", node["name"], "sh", "-c", 'mkdir -p "$(dirname "$1")" && printf %s "$2" > "$1"', "sh",
+         NODE_STAMP, build])
+    return have
+
+
 def ensure_node_packages(node, repo_changed=False):
     """Bring the node's starting packages to the declared state: install what is missing, and put
     a driver (and fabric manager) that a rehearsal or a test changed back on the row's declared
@@ -136,6 +171,7 @@ def ensure_node_packages(node, repo_changed=False):
         log(restore_driver(node, drivers))
     if node["role"] != "cloud":
         purge_stray_agent(node)
+    refresh_lab_packages(node)
     pkgs = wanted(node)
     have = installed(node, pkgs)
     todo = [p for p in pkgs if p not in have]
