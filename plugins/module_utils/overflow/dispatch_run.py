@@ -12,7 +12,7 @@ carries the path that produced it.
 from __future__ import annotations
 
 from ..common import k8s
-from . import carry, jobclass, stagers, trigger
+from . import carry, jobclass, prepull, stagers, trigger
 from .remote import UnsafeName, check_name
 from .k8s_backend import K8sCloudCluster, K8sLocalQueue
 from .ledger import LedgerBusy, open_ledger
@@ -105,6 +105,44 @@ def cloud_spec(job_id, cls, template, inputs=(), local=None, slurm_read=None):
     return {"pod_spec": pod, "rewrites": rewrites}
 
 
+def build_puller(params, cloud_kube=None):
+    """The PrePuller of this pass (None without the `images` option or with images.prepull false)."""
+    opts = params.get("images")
+    if not opts or opts.get("prepull") is False:
+        return None
+    copts = params["cloud"]
+    kube = cloud_kube or _kube(copts, "cloud")
+    return prepull.PrePuller(kube, copts.get("namespace") or "overflow", command=opts.get("command") or ["true"],
+                             timeout_s=float(opts.get("timeout_s") or 600), poll_s=float(opts.get("poll_s") or 2))
+
+
+def measured_pulls(puller, classes):
+    """{class name: measured pull seconds} from the pre-pull record on the cloud cluster."""
+    if puller is None:
+        return {}
+    got = prepull.measured_pulls(puller.records())
+    return dict((name, got[prepull.class_key(name)]) for name in classes if prepull.class_key(name) in got)
+
+
+def onprem_nodes(local):
+    """The on-prem Nodes whose status.images give the digests (none for a Slurm queue: pins only)."""
+    if isinstance(local, K8sLocalQueue):
+        return local.kube.list_nodes()
+    return []
+
+
+def pin_images(spec, cls, params, puller, local, nodes_cache):
+    """Pin and pre-pull the images of a carried spec (prepull.prepare) on the pool the spec runs on."""
+    if puller is None:
+        return None
+    if "nodes" not in nodes_cache:
+        nodes_cache["nodes"] = onprem_nodes(local)
+    pod = spec["pod_spec"]
+    puller.node_selector = dict(pod.get("nodeSelector") or {})
+    puller.tolerations = list(pod.get("tolerations") or [])
+    return prepull.prepare(spec, cls, params.get("images") or {}, puller, nodes_cache["nodes"])
+
+
 def _check_carry(results, local, classes, class_of, params):
     """Check mode: a job that would move but cannot be carried is reported as would_refuse (reads only)."""
     movers = [r for r in results if r["outcome"] == "would_move"]
@@ -162,10 +200,14 @@ def run(params):
     Returns {"path", "results", "decisions", "snapshot", "staging"}."""
     path = params["path"]
     check_names(params)
+    bad = prepull.check_pins((params.get("images") or {}).get("pins"), "images.pins")
+    if bad:
+        raise RunError("; ".join(bad))
     classes = jobclass.load(params["job_classes"])
     local = build_local(params["local_queue"], classes)
     snap = local.snapshot(total_gpus=params.get("total_gpus"))
-    decisions = trigger.evaluate(snap, classes, path=path)
+    puller = build_puller(params)
+    decisions = trigger.evaluate(snap, classes, path=path, pulls=measured_pulls(puller, classes))
     out = {"path": path, "decisions": decisions, "results": [],
            "snapshot": {"now": snap.now, "free_gpus": snap.free_gpus, "total_gpus": snap.total_gpus,
                         "jobs": [dict((k, getattr(j, k)) for k in j.__slots__) for j in snap.jobs]}}
@@ -202,6 +244,7 @@ def run(params):
                     out["results"].append(dispatcher.step(job["job_id"]))
         if action == "step":
             return out
+        nodes_cache = {}
         # the Slurm jobs' TRES and batch scripts, for every chosen job in one SSH round trip
         slurm_read = local.read_jobs([j for j in chosen if j in by_id]) if isinstance(local, SlurmLocalQueue) else {}
         for job_id in chosen:
@@ -225,12 +268,17 @@ def run(params):
             inputs = (params.get("inputs") or {}).get(cls_name) or []
             try:
                 spec = cloud_spec(job_id, cls, params.get("job_template"), inputs, local, slurm_read.get(job_id))
+                images = pin_images(spec, cls, params, puller, local, nodes_cache)
             except (carry.CarryRefused, ValueError) as exc:
                 # refused before any hold: the local entry is untouched
                 out["results"].append({"job_id": job_id, "path": path, "outcome": "refused", "reason": str(exc)})
                 continue
             res = dispatcher.dispatch(job_id, cls_name, spec=spec, inputs=inputs)
             log_rewrites(tracker, job_id, res, spec, path)
+            if images is not None:
+                res["images"] = images
+                if res.get("attempt_id"):
+                    tracker.log(job_id, res["attempt_id"], "prepull", "verified", images, path=path)
             res["staging"] = dict(stager.last)
             out["results"].append(res)
         return out
