@@ -287,3 +287,18 @@ def test_onprem_digest_sources():
     assert prepull.split_ref("localhost:5000/a/b:1@" + GOOD) == ("localhost:5000/a/b", "1", GOOD)
     with pytest.raises(jobclass.JobClassError, match="image_pins"):
         jobclass.validate({"defaults": {"link_bps": "1Gbps"}, "classes": {"c": dict(CLASS, image_pins=["x:1"])}})
+
+
+def test_the_lab_pins_the_digest_its_node_agents_report():
+    import os
+    import sys
+    root = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", ".."))
+    sys.path.insert(0, os.path.join(root, "tests", "lab"))
+    try:
+        from lablib import config as labconfig
+    finally:
+        sys.path.pop(0)
+    with open(os.path.join(root, "inventories", "lab", "group_vars", "all.yml")) as fh:
+        pins = yaml.safe_load(fh)["hgpu_overflow_images"]["pins"]
+    image = "localhost/overflow-job:1"
+    assert prepull.onprem_digest(image, pins) == (labconfig.LAB_IMAGES[image], "pin")
