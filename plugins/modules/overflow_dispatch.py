@@ -406,6 +406,11 @@ snapshot:
   description: The local queue as read for this pass (now, free_gpus, total_gpus, jobs).
   returned: always
   type: dict
+notes:
+  description: What the pass could not read and did without (the pre-pull record, with I(images)).
+  returned: when something could not be read
+  type: list
+  elements: str
 """
 
 from ansible.module_utils.basic import AnsibleModule

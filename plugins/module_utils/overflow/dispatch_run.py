@@ -116,11 +116,17 @@ def build_puller(params, cloud_kube=None):
                              timeout_s=float(opts.get("timeout_s") or 600), poll_s=float(opts.get("poll_s") or 2))
 
 
-def measured_pulls(puller, classes):
-    """{class name: measured pull seconds} from the pre-pull record on the cloud cluster."""
+def measured_pulls(puller, classes, notes=None):
+    """{class name: measured pull seconds} from the pre-pull record on the cloud cluster. When the
+    record cannot be read the trigger keeps the classes' estimates, and `notes` says why."""
     if puller is None:
         return {}
-    got = prepull.measured_pulls(puller.records())
+    try:
+        got = prepull.measured_pulls(puller.records())
+    except k8s.K8sError as exc:
+        if notes is not None:
+            notes.append("pre-pull record not read (%s): the time model uses the image_size estimates" % exc)
+        return {}
     return dict((name, got[prepull.class_key(name)]) for name in classes if prepull.class_key(name) in got)
 
 
@@ -143,15 +149,34 @@ def pin_images(spec, cls, params, puller, local, nodes_cache):
     return prepull.prepare(spec, cls, params.get("images") or {}, puller, nodes_cache["nodes"])
 
 
+def _check_images(spec, cls, params, local, nodes_cache):
+    """Check mode: refuse an image without an on-prem digest (reads only; nothing is pulled)."""
+    opts = params.get("images")
+    if not opts or opts.get("prepull") is False:
+        return
+    if "nodes" not in nodes_cache:
+        nodes_cache["nodes"] = onprem_nodes(local)
+    pins = list(opts.get("pins") or []) + list(cls.get("image_pins") or [])
+    for dummy_where, dummy_c, onprem in prepull.images_of(spec["pod_spec"], spec.get("rewrites")):
+        try:
+            digest, why = prepull.onprem_digest(onprem, pins, nodes_cache["nodes"])
+        except ValueError as exc:
+            raise prepull.ImageRefused(str(exc))
+        if digest is None and not cls.get("allow_unpinned_images"):
+            raise prepull.ImageRefused("image %s has no on-prem digest (%s)" % (onprem, why))
+
+
 def _check_carry(results, local, classes, class_of, params):
     """Check mode: a job that would move but cannot be carried is reported as would_refuse (reads only)."""
     movers = [r for r in results if r["outcome"] == "would_move"]
     reads = local.read_jobs([r["job_id"] for r in movers]) if isinstance(local, SlurmLocalQueue) and movers else {}
+    nodes_cache = {}
     for r in movers:
         cls_name = class_of.get(r["job_id"])
         try:
-            cloud_spec(r["job_id"], classes.get(cls_name) or {}, params.get("job_template"),
-                       (params.get("inputs") or {}).get(cls_name) or [], local, reads.get(r["job_id"]))
+            spec = cloud_spec(r["job_id"], classes.get(cls_name) or {}, params.get("job_template"),
+                              (params.get("inputs") or {}).get(cls_name) or [], local, reads.get(r["job_id"]))
+            _check_images(spec, classes.get(cls_name) or {}, params, local, nodes_cache)
         except (carry.CarryRefused, ValueError) as exc:
             r["outcome"], r["reason"] = "would_refuse", str(exc)
 
@@ -207,10 +232,13 @@ def run(params):
     local = build_local(params["local_queue"], classes)
     snap = local.snapshot(total_gpus=params.get("total_gpus"))
     puller = build_puller(params)
-    decisions = trigger.evaluate(snap, classes, path=path, pulls=measured_pulls(puller, classes))
+    notes = []
+    decisions = trigger.evaluate(snap, classes, path=path, pulls=measured_pulls(puller, classes, notes))
     out = {"path": path, "decisions": decisions, "results": [],
            "snapshot": {"now": snap.now, "free_gpus": snap.free_gpus, "total_gpus": snap.total_gpus,
                         "jobs": [dict((k, getattr(j, k)) for k in j.__slots__) for j in snap.jobs]}}
+    if notes:
+        out["notes"] = notes
     if params.get("check_mode"):
         out["results"] = [{"job_id": dispatcher["job_id"], "path": path, "outcome": "would_move" if dispatcher["decision"] == "move"
                            else "would_stay", "reason": dispatcher["reason"]} for dispatcher in decisions]

@@ -302,3 +302,29 @@ def test_the_lab_pins_the_digest_its_node_agents_report():
         pins = yaml.safe_load(fh)["hgpu_overflow_images"]["pins"]
     image = "localhost/overflow-job:1"
     assert prepull.onprem_digest(image, pins) == (labconfig.LAB_IMAGES[image], "pin")
+
+
+def test_check_mode_refuses_an_image_without_digest_and_pulls_nothing(world, tmp_path):
+    unknown = "registry.site.example/ml/eval:5"
+    params, kubelet = setup(world, tmp_path, "pp-h", [("eval-4", unknown), ("train-4", ONPREM_IMG)],
+                            cls={"cloud_runtime": "30min"})
+    try:
+        # no free GPU on-prem: the trigger moves both
+        out = dispatch_run.run(dict(params, path="policy", check_mode=True, total_gpus={"NVIDIA A100-SXM4-80GB": 0}))
+    finally:
+        kubelet.stop.set()
+    got = dict((r["job_id"], r) for r in out["results"])
+    assert got["eval-4"]["outcome"] == "would_refuse" and "no on-prem digest" in got["eval-4"]["reason"]
+    assert got["train-4"]["outcome"] == "would_move"
+    assert kubelet.seen == [] and world.kube("cloud-direct").list_jobs("pp-h-c") == []
+    assert not held(world, "pp-h", "eval-4") and not held(world, "pp-h", "train-4")
+
+
+def test_an_unreadable_record_keeps_the_estimates_and_says_so(world, tmp_path):
+    params, kubelet = setup(world, tmp_path, "pp-i", [("train-5", ONPREM_IMG)])
+    kubelet.stop.set()
+    bad_cloud = {"host": "https://127.0.0.1:1", "api_key": "t", "validate_certs": False, "api_retries": 0,
+                 "request_timeout": 1, "namespace": "pp-i-c"}
+    out = dispatch_run.run(dict(params, path="policy", check_mode=True, cloud=bad_cloud))
+    assert "pre-pull record not read" in out["notes"][0]
+    assert out["decisions"][0]["time_model"]["cloud"]["image_pull_s"] == 80.0
