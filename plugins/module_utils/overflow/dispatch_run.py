@@ -142,11 +142,18 @@ def pin_images(spec, cls, params, puller, local, nodes_cache):
     if puller is None:
         return None
     if "nodes" not in nodes_cache:
-        nodes_cache["nodes"] = onprem_nodes(local)
+        try:
+            nodes_cache["nodes"] = onprem_nodes(local)
+        except k8s.K8sError as exc:
+            raise prepull.ImageRefused("the on-prem Nodes (their status.images) could not be read: %s" % exc)
     pod = spec["pod_spec"]
     puller.node_selector = dict(pod.get("nodeSelector") or {})
     puller.tolerations = list(pod.get("tolerations") or [])
-    return prepull.prepare(spec, cls, params.get("images") or {}, puller, nodes_cache["nodes"])
+    try:
+        return prepull.prepare(spec, cls, params.get("images") or {}, puller, nodes_cache["nodes"])
+    except k8s.K8sError as exc:
+        # nothing is held yet: the job stays in the local queue and a later pass tries again
+        raise prepull.ImageRefused("the image pre-pull on the cloud pool could not run: %s" % exc)
 
 
 def _check_images(spec, cls, params, local, nodes_cache):

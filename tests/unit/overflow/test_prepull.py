@@ -328,3 +328,16 @@ def test_an_unreadable_record_keeps_the_estimates_and_says_so(world, tmp_path):
     out = dispatch_run.run(dict(params, path="policy", check_mode=True, cloud=bad_cloud))
     assert "pre-pull record not read" in out["notes"][0]
     assert out["decisions"][0]["time_model"]["cloud"]["image_pull_s"] == 80.0
+
+
+def test_a_cloud_that_fails_during_the_pre_pull_refuses_the_job_not_the_pass(world, tmp_path, monkeypatch):
+    params, kubelet = setup(world, tmp_path, "pp-j", [("train-6", ONPREM_IMG)])
+    kubelet.stop.set()
+
+    def broken(self, namespace, body):
+        raise k8s.K8sError("create job %s/%s" % (namespace, body["metadata"]["name"]), message="link down")
+    monkeypatch.setattr(k8s.Kube, "create_job", broken)
+    out = dispatch_run.run(dict(params, jobs=["train-6"]))
+    res = out["results"][0]
+    assert res["outcome"] == "refused" and "pre-pull on the cloud pool could not run" in res["reason"]
+    assert not held(world, "pp-j", "train-6")
