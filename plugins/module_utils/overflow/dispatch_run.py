@@ -195,7 +195,8 @@ def log_rewrites(tracker, job_id, result, spec, path):
 
 
 def check_names(params):
-    """Refuse unsafe job IDs and input/dataset names (remote.check_name) before anything runs."""
+    """Refuse unsafe job IDs and input/dataset names (remote.check_name), and image pins that are
+    not <repo>@sha256:<hex>, before anything runs."""
     try:
         for job_id in params.get("jobs") or []:
             check_name("job ID", job_id)
@@ -206,6 +207,9 @@ def check_names(params):
                 check_name("%s (inputs.%s)" % (field, cls_name), item.get("name"))
     except UnsafeName as exc:
         raise RunError(str(exc))
+    bad = prepull.check_pins((params.get("images") or {}).get("pins"), "images.pins")
+    if bad:
+        raise RunError("; ".join(bad))
 
 
 def open_pass_ledger(params, actor):
@@ -226,15 +230,32 @@ def open_pass_ledger(params, actor):
     return ledger, None
 
 
+def move_one(job_id, cls_name, cls, params, dispatcher, slurm_read, puller, nodes_cache):
+    """Carry one chosen job (cloud_spec), pin and pre-pull its images (pin_images), then dispatch it.
+    A refusal comes before any hold: the local entry is untouched."""
+    path, tracker = params["path"], dispatcher.tracker
+    inputs = (params.get("inputs") or {}).get(cls_name) or []
+    try:
+        spec = cloud_spec(job_id, cls, params.get("job_template"), inputs, dispatcher.local, slurm_read)
+        images = pin_images(spec, cls, params, puller, dispatcher.local, nodes_cache)
+    except (carry.CarryRefused, ValueError) as exc:
+        return {"job_id": job_id, "path": path, "outcome": "refused", "reason": str(exc)}
+    res = dispatcher.dispatch(job_id, cls_name, spec=spec, inputs=inputs)
+    log_rewrites(tracker, job_id, res, spec, path)
+    if images is not None:
+        res["images"] = images
+        if res.get("attempt_id"):
+            tracker.log(job_id, res["attempt_id"], "prepull", "verified", images, path=path)
+    res["staging"] = dict(dispatcher.stager.last)
+    return res
+
+
 def run(params):
     """params: tracker_db or ledger, path, actor, job_classes, local_queue, cloud, storage, job_template,
     inputs (class -> input list), jobs (operator), action, faults, total_gpus, check_mode.
     Returns {"path", "results", "decisions", "snapshot", "staging"}."""
     path = params["path"]
     check_names(params)
-    bad = prepull.check_pins((params.get("images") or {}).get("pins"), "images.pins")
-    if bad:
-        raise RunError("; ".join(bad))
     classes = jobclass.load(params["job_classes"])
     local = build_local(params["local_queue"], classes)
     snap = local.snapshot(total_gpus=params.get("total_gpus"))
@@ -300,22 +321,8 @@ def run(params):
             if job is not None and job["state"] in ACTIVE_STATES:
                 out["results"].append(dispatcher.step(job_id))
                 continue
-            inputs = (params.get("inputs") or {}).get(cls_name) or []
-            try:
-                spec = cloud_spec(job_id, cls, params.get("job_template"), inputs, local, slurm_read.get(job_id))
-                images = pin_images(spec, cls, params, puller, local, nodes_cache)
-            except (carry.CarryRefused, ValueError) as exc:
-                # refused before any hold: the local entry is untouched
-                out["results"].append({"job_id": job_id, "path": path, "outcome": "refused", "reason": str(exc)})
-                continue
-            res = dispatcher.dispatch(job_id, cls_name, spec=spec, inputs=inputs)
-            log_rewrites(tracker, job_id, res, spec, path)
-            if images is not None:
-                res["images"] = images
-                if res.get("attempt_id"):
-                    tracker.log(job_id, res["attempt_id"], "prepull", "verified", images, path=path)
-            res["staging"] = dict(stager.last)
-            out["results"].append(res)
+            out["results"].append(move_one(job_id, cls_name, cls, params, dispatcher, slurm_read.get(job_id),
+                                           puller, nodes_cache))
         return out
     finally:
         tracker.close()
