@@ -292,6 +292,44 @@ options:
           host_keys:
             description: The storage host's known_hosts lines, carried in the cloud Job (instead of O(job_template.upload.known_hosts)).
             type: str
+  images:
+    description:
+      - Pin a moved job's images by digest and pre-pull them on the cloud pool before its first attempt.
+        Without this option images are carried by tag and the time model keeps the class's I(image_size) estimate.
+      - The on-prem digest of an image is the one its reference carries, else a pin (O(images.pins), or the class's
+        C(image_pins)), else what the on-prem kubelets report in C(Node.status.images) (Kubernetes local queue).
+        An image without one is refused before any hold, unless its class sets C(allow_unpinned_images).
+      - Before the first attempt of a class, and whenever its digest changes, a Job labelled
+        C(hybridgpu.io/overflow-prepull) runs the mapped image by digest with a no-op command on the cloud pool (the
+        carried job's node selector and tolerations); the C(imageID) its kubelet reports must carry the on-prem
+        digest, else the move is refused naming both. The moved Job then runs the image by digest.
+      - What was pulled, at which digest and in how long, is kept in the ConfigMap C(hgpu-overflow-prepull) in the
+        cloud namespace; a class recorded at the digest is not pulled again, and the measured pull replaces the
+        estimate in the time model.
+    type: dict
+    suboptions:
+      prepull:
+        description: Pin and pre-pull (C(false) turns the whole option off).
+        type: bool
+        default: true
+      pins:
+        description: Site-wide pins, each C(<repo>@sha256:<64 hex>), for images no on-prem node reports.
+        type: list
+        elements: str
+        default: []
+      command:
+        description: The no-op command of the pre-pull container (it must exist in every image).
+        type: list
+        elements: str
+        default: ["true"]
+      timeout_s:
+        description: Seconds the pre-pull may take before the move is refused.
+        type: float
+        default: 600
+      poll_s:
+        description: Seconds between looks at the pre-pull pod.
+        type: float
+        default: 2
   inputs:
     description:
       - Inputs per job class, each a list of C(name), C(path) (file on the controller), C(shared).
@@ -346,6 +384,9 @@ EXAMPLES = r"""
       staged_claims: [training-inputs]
       outputs: [output]
       upload: {host: storage.cloud.example, ssh_key: /etc/overflow/storage_key, root: /srv/cloud-storage}
+    images:
+      pins: ["registry.site.example/ml/base@sha256:2c26b46b68ffc68ff99b453c1d30413413422d706483bfa0f98a5e886266e7ae"]
+      timeout_s: 900
   register: pass_result
 """
 
@@ -361,6 +402,9 @@ busy:
 results:
   description:
     - One entry per job touched (job_id, path, outcome, reason, state, attempt_id, cloud_name, staging, marks).
+    - images (with I(images)) lists each image of a moved job with its on-prem digest, where the digest came from,
+      the reference the cloud Job runs, C(outcome) (C(pulled), C(recorded) when an earlier pre-pull holds the digest,
+      C(unpinned)) and the measured C(pull_s).
     - marks holds the attempt's five marks (dispatch, transfer_in, start, end, return; epoch seconds, those
       reached so far) and the seconds between them.
   returned: always
@@ -381,6 +425,11 @@ submission:
       (lists), the pool's workers and qps, and the seconds it took. Each result it settled carries C(confirmed).
   returned: when the pass sent cloud creates
   type: dict
+notes:
+  description: What the pass could not read and did without (the pre-pull record, with I(images)).
+  returned: when something could not be read
+  type: list
+  elements: str
 """
 
 from ansible.module_utils.basic import AnsibleModule
@@ -449,6 +498,13 @@ LEDGER_OPTIONS = dict(
     lease_seconds=dict(type="int", default=300),
     wait_s=dict(type="float", default=0),
 )
+IMAGE_OPTIONS = dict(
+    prepull=dict(type="bool", default=True),
+    pins=dict(type="list", elements="str", default=[]),
+    command=dict(type="list", elements="str", default=["true"]),
+    timeout_s=dict(type="float", default=600),
+    poll_s=dict(type="float", default=2),
+)
 FAULT_OPTIONS = dict(
     interrupt_transfers=dict(type="int", default=0),
     corrupt_results=dict(type="int", default=0),
@@ -470,6 +526,7 @@ def argument_spec():
         cloud=dict(type="dict", required=True, options=CLOUD_OPTIONS),
         storage=dict(type="dict", required=True, no_log=False, options=STORAGE_OPTIONS),
         job_template=dict(type="dict", required=True, options=JOB_TEMPLATE_OPTIONS),
+        images=dict(type="dict", options=IMAGE_OPTIONS),
         inputs=dict(type="dict", default={}),
         max_attempts=dict(type="int", default=3),
         faults=dict(type="dict", options=FAULT_OPTIONS),

@@ -12,7 +12,7 @@ carries the path that produced it.
 from __future__ import annotations
 
 from ..common import k8s
-from . import carry, jobclass, stagers, trigger
+from . import carry, jobclass, prepull, stagers, trigger
 from .remote import UnsafeName, check_name
 from .k8s_backend import K8sCloudCluster, K8sLocalQueue
 from .ledger import LedgerBusy, open_ledger
@@ -122,15 +122,85 @@ def cloud_spec(job_id, cls, template, inputs=(), local=None, slurm_read=None):
     return {"pod_spec": pod, "rewrites": rewrites}
 
 
+def build_puller(params, cloud_kube=None):
+    """The PrePuller of this pass (None without the `images` option or with images.prepull false)."""
+    opts = params.get("images")
+    if not opts or opts.get("prepull") is False:
+        return None
+    copts = params["cloud"]
+    kube = cloud_kube or _kube(copts, "cloud")
+    return prepull.PrePuller(kube, copts.get("namespace") or "overflow", command=opts.get("command") or ["true"],
+                             timeout_s=float(opts.get("timeout_s") or 600), poll_s=float(opts.get("poll_s") or 2))
+
+
+def measured_pulls(puller, classes, notes=None):
+    """{class name: measured pull seconds} from the pre-pull record on the cloud cluster. When the
+    record cannot be read the trigger keeps the classes' estimates, and `notes` says why."""
+    if puller is None:
+        return {}
+    try:
+        got = prepull.measured_pulls(puller.records())
+    except k8s.K8sError as exc:
+        if notes is not None:
+            notes.append("pre-pull record not read (%s): the time model uses the image_size estimates" % exc)
+        return {}
+    return dict((name, got[prepull.class_key(name)]) for name in classes if prepull.class_key(name) in got)
+
+
+def onprem_nodes(local):
+    """The on-prem Nodes whose status.images give the digests (none for a Slurm queue: pins only)."""
+    if isinstance(local, K8sLocalQueue):
+        return local.kube.list_nodes()
+    return []
+
+
+def pin_images(spec, cls, params, puller, local, nodes_cache):
+    """Pin and pre-pull the images of a carried spec (prepull.prepare) on the pool the spec runs on."""
+    if puller is None:
+        return None
+    if "nodes" not in nodes_cache:
+        try:
+            nodes_cache["nodes"] = onprem_nodes(local)
+        except k8s.K8sError as exc:
+            raise prepull.ImageRefused("the on-prem Nodes (their status.images) could not be read: %s" % exc)
+    pod = spec["pod_spec"]
+    puller.node_selector = dict(pod.get("nodeSelector") or {})
+    puller.tolerations = list(pod.get("tolerations") or [])
+    try:
+        return prepull.prepare(spec, cls, params.get("images") or {}, puller, nodes_cache["nodes"])
+    except k8s.K8sError as exc:
+        # nothing is held yet: the job stays in the local queue and a later pass tries again
+        raise prepull.ImageRefused("the image pre-pull on the cloud pool could not run: %s" % exc)
+
+
+def _check_images(spec, cls, params, local, nodes_cache):
+    """Check mode: refuse an image without an on-prem digest (reads only; nothing is pulled)."""
+    opts = params.get("images")
+    if not opts or opts.get("prepull") is False:
+        return
+    if "nodes" not in nodes_cache:
+        nodes_cache["nodes"] = onprem_nodes(local)
+    pins = list(opts.get("pins") or []) + list(cls.get("image_pins") or [])
+    for dummy_where, dummy_c, onprem in prepull.images_of(spec["pod_spec"], spec.get("rewrites")):
+        try:
+            digest, why = prepull.onprem_digest(onprem, pins, nodes_cache["nodes"])
+        except ValueError as exc:
+            raise prepull.ImageRefused(str(exc))
+        if digest is None and not cls.get("allow_unpinned_images"):
+            raise prepull.ImageRefused("image %s has no on-prem digest (%s)" % (onprem, why))
+
+
 def _check_carry(results, local, classes, class_of, params):
     """Check mode: a job that would move but cannot be carried is reported as would_refuse (reads only)."""
     movers = [r for r in results if r["outcome"] == "would_move"]
     reads = local.read_jobs([r["job_id"] for r in movers]) if isinstance(local, SlurmLocalQueue) and movers else {}
+    nodes_cache = {}
     for r in movers:
         cls_name = class_of.get(r["job_id"])
         try:
-            cloud_spec(r["job_id"], classes.get(cls_name) or {}, params.get("job_template"),
-                       (params.get("inputs") or {}).get(cls_name) or [], local, reads.get(r["job_id"]))
+            spec = cloud_spec(r["job_id"], classes.get(cls_name) or {}, params.get("job_template"),
+                              (params.get("inputs") or {}).get(cls_name) or [], local, reads.get(r["job_id"]))
+            _check_images(spec, classes.get(cls_name) or {}, params, local, nodes_cache)
         except (carry.CarryRefused, ValueError) as exc:
             r["outcome"], r["reason"] = "would_refuse", str(exc)
 
@@ -142,7 +212,8 @@ def log_rewrites(tracker, job_id, result, spec, path):
 
 
 def check_names(params):
-    """Refuse unsafe job IDs and input/dataset names (remote.check_name) before anything runs."""
+    """Refuse unsafe job IDs and input/dataset names (remote.check_name), and image pins that are
+    not <repo>@sha256:<hex>, before anything runs."""
     try:
         for job_id in params.get("jobs") or []:
             check_name("job ID", job_id)
@@ -153,6 +224,9 @@ def check_names(params):
                 check_name("%s (inputs.%s)" % (field, cls_name), item.get("name"))
     except UnsafeName as exc:
         raise RunError(str(exc))
+    bad = prepull.check_pins((params.get("images") or {}).get("pins"), "images.pins")
+    if bad:
+        raise RunError("; ".join(bad))
 
 
 def open_pass_ledger(params, actor):
@@ -173,6 +247,26 @@ def open_pass_ledger(params, actor):
     return ledger, None
 
 
+def move_one(job_id, cls_name, cls, params, dispatcher, slurm_read, puller, nodes_cache):
+    """Carry one chosen job (cloud_spec), pin and pre-pull its images (pin_images), then dispatch it.
+    A refusal comes before any hold: the local entry is untouched."""
+    path, tracker = params["path"], dispatcher.tracker
+    inputs = (params.get("inputs") or {}).get(cls_name) or []
+    try:
+        spec = cloud_spec(job_id, cls, params.get("job_template"), inputs, dispatcher.local, slurm_read)
+        images = pin_images(spec, cls, params, puller, dispatcher.local, nodes_cache)
+    except (carry.CarryRefused, ValueError) as exc:
+        return {"job_id": job_id, "path": path, "outcome": "refused", "reason": str(exc)}
+    res = dispatcher.dispatch(job_id, cls_name, spec=spec, inputs=inputs)
+    log_rewrites(tracker, job_id, res, spec, path)
+    if images is not None:
+        res["images"] = images
+        if res.get("attempt_id"):
+            tracker.log(job_id, res["attempt_id"], "prepull", "verified", images, path=path)
+    res["staging"] = dict(dispatcher.stager.last)
+    return res
+
+
 def run(params):
     """params: tracker_db or ledger, path, actor, job_classes, local_queue, cloud, storage, job_template,
     inputs (class -> input list), jobs (operator), action, faults, total_gpus, check_mode.
@@ -182,10 +276,14 @@ def run(params):
     classes = jobclass.load(params["job_classes"])
     local = build_local(params["local_queue"], classes)
     snap = local.snapshot(total_gpus=params.get("total_gpus"))
-    decisions = trigger.evaluate(snap, classes, path=path)
+    puller = build_puller(params)
+    notes = []
+    decisions = trigger.evaluate(snap, classes, path=path, pulls=measured_pulls(puller, classes, notes))
     out = {"path": path, "decisions": decisions, "results": [],
            "snapshot": {"now": snap.now, "free_gpus": snap.free_gpus, "total_gpus": snap.total_gpus,
                         "jobs": [dict((k, getattr(j, k)) for k in j.__slots__) for j in snap.jobs]}}
+    if notes:
+        out["notes"] = notes
     if params.get("check_mode"):
         out["results"] = [{"job_id": dispatcher["job_id"], "path": path, "outcome": "would_move" if dispatcher["decision"] == "move"
                            else "would_stay", "reason": dispatcher["reason"]} for dispatcher in decisions]
@@ -203,7 +301,7 @@ def run(params):
         dispatcher = BatchDispatcher(local, cloud, stager, tracker, path, actor=params.get("actor") or path,
                                      max_attempts=int(params.get("max_attempts") or 3), workers=workers, qps=qps)
         cloud.ensure_namespace()
-        _advance(dispatcher, params, decisions, snap, classes, out)
+        _advance(dispatcher, params, decisions, snap, classes, out, puller)
         # the cloud creates of the whole pass, sent from the worker pool and confirmed by one list
         batch = dispatcher.flush()
         if batch is not None:
@@ -214,9 +312,9 @@ def run(params):
         tracker.close()
 
 
-def _advance(dispatcher, params, decisions, snap, classes, out):
+def _advance(dispatcher, params, decisions, snap, classes, out, puller=None):
     """The pass itself: return_to_local, or advance jobs in flight, then dispatch the chosen jobs."""
-    path, tracker, local, stager = dispatcher.path, dispatcher.tracker, dispatcher.local, dispatcher.stager
+    path, tracker, local = dispatcher.path, dispatcher.tracker, dispatcher.local
     by_id = dict((j.job_id, j) for j in snap.jobs)
     action = params.get("action") or "dispatch"
     if action == "return_to_local":
@@ -234,6 +332,7 @@ def _advance(dispatcher, params, decisions, snap, classes, out):
                 out["results"].append(dispatcher.step(job["job_id"]))
     if action == "step":
         return
+    nodes_cache = {}
     # the Slurm jobs' TRES and batch scripts, for every chosen job in one SSH round trip
     slurm_read = local.read_jobs([j for j in chosen if j in by_id]) if isinstance(local, SlurmLocalQueue) else {}
     for job_id in chosen:
@@ -254,14 +353,5 @@ def _advance(dispatcher, params, decisions, snap, classes, out):
         if job is not None and job["state"] in ACTIVE_STATES:
             out["results"].append(dispatcher.step(job_id))
             continue
-        inputs = (params.get("inputs") or {}).get(cls_name) or []
-        try:
-            spec = cloud_spec(job_id, cls, params.get("job_template"), inputs, local, slurm_read.get(job_id))
-        except (carry.CarryRefused, ValueError) as exc:
-            # refused before any hold: the local entry is untouched
-            out["results"].append({"job_id": job_id, "path": path, "outcome": "refused", "reason": str(exc)})
-            continue
-        res = dispatcher.dispatch(job_id, cls_name, spec=spec, inputs=inputs)
-        log_rewrites(tracker, job_id, res, spec, path)
-        res["staging"] = dict(stager.last)
-        out["results"].append(res)
+        out["results"].append(move_one(job_id, cls_name, cls, params, dispatcher, slurm_read.get(job_id),
+                                       puller, nodes_cache))

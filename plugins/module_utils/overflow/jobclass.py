@@ -18,6 +18,9 @@ File layout:
         queue_wait_threshold: 30min
         slurm:                 # optional: which Slurm jobs are of this class
           partition: cloudable # any of partition, qos, account; a job matches when all given ones are equal
+        image_pins:            # optional: the on-prem digest of an image no on-prem node reports (prepull.py)
+          - registry.site.example/ml/train@sha256:<64 hex>
+        allow_unpinned_images: false   # true: an image without an on-prem digest moves unpinned, not pre-pulled
     cost:                      # optional, read by load_cost() (the drill's cost section)
       prices: {gpu_hour: 3.0, storage_gb_month: 0.02, ...}   # cost.PRICE_FIELDS
       operator_minutes_per_move: 10                          # hands-on time per operator-driven move
@@ -29,7 +32,11 @@ Two classes may not declare the same `slurm` match.
 """
 from __future__ import annotations
 
+import re
+
 from . import timemodel
+
+PIN = re.compile(r"^[^@\s]+@sha256:[0-9a-f]{64}$")
 
 # field -> (kind, required)
 CLASS_FIELDS = {
@@ -47,6 +54,8 @@ CLASS_FIELDS = {
     "image_cached": ("bool", False),
     "min_gain": ("duration", False),
     "slurm": ("slurm", False),
+    "image_pins": ("pins", False),
+    "allow_unpinned_images": ("bool", False),
 }
 SLURM_FIELDS = ("partition", "qos", "account")
 DEFAULT_FIELDS = {
@@ -57,7 +66,7 @@ DEFAULT_FIELDS = {
     "startup": ("duration", False),
 }
 BUILTIN = {"dispatch": 0.0, "cloud_queue_wait": 0.0, "startup": 0.0, "gpus": 1, "inputs_in_cloud": False,
-           "image_cached": True, "min_gain": 0.0}
+           "image_cached": True, "min_gain": 0.0, "allow_unpinned_images": False}
 
 
 class JobClassError(ValueError):
@@ -89,6 +98,13 @@ def _convert(kind, value):
             if not isinstance(v, str) or not v:
                 raise ValueError("%s must be a non-empty string, not %r" % (k, v))
         return dict(value)
+    if kind == "pins":
+        if not isinstance(value, list):
+            raise ValueError("must be a list of <repo>@sha256:<64 hex>, not %r" % (value,))
+        bad = [p for p in value if not isinstance(p, str) or not PIN.match(p)]
+        if bad:
+            raise ValueError("%s: not <repo>@sha256:<64 hex>" % ", ".join(repr(p) for p in bad))
+        return list(value)
     if kind == "posint":
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError("must be a whole number of at least 1, not %r" % (value,))

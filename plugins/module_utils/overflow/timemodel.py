@@ -135,8 +135,9 @@ def cloud_completion(link_bps, runtime, input_bytes=0, output_bytes=0, dispatch=
 
 def compare(local_wait, local_runtime, link_bps, cloud_runtime=None, input_bytes=0, output_bytes=0,
             dispatch=0, cloud_queue_wait=0, image_bytes=0, image_cached=True, startup=0,
-            inputs_in_cloud=False, return_link_bps=None, min_gain=0):
+            inputs_in_cloud=False, return_link_bps=None, min_gain=0, image_pull_s=None):
     """Decide move or stay. The job moves only when the cloud path finishes sooner by more than min_gain.
+    image_pull_s: the measured pull of the class's image on the cloud pool (replaces the estimate).
 
     Returns {"decision": "move"|"stay", "reason": str, "gain_s": local-cloud, "local": {...}, "cloud": {...}}.
     """
@@ -145,7 +146,8 @@ def compare(local_wait, local_runtime, link_bps, cloud_runtime=None, input_bytes
         link_bps, local_runtime if cloud_runtime is None else cloud_runtime,
         input_bytes=input_bytes, output_bytes=output_bytes, dispatch=dispatch,
         cloud_queue_wait=cloud_queue_wait, image_bytes=image_bytes, image_cached=image_cached,
-        startup=startup, inputs_in_cloud=inputs_in_cloud, return_link_bps=return_link_bps)
+        startup=startup, inputs_in_cloud=inputs_in_cloud, return_link_bps=return_link_bps,
+        image_pull_s=image_pull_s)
     gain = local["total_s"] - cloud["total_s"]
     min_gain_s = parse_duration(min_gain)
     if gain > min_gain_s:

@@ -88,8 +88,10 @@ def full_reasons(job, cls, snapshot, wait_s):
     return reasons
 
 
-def evaluate(snapshot, classes, path="policy"):
-    """Decide for every pending job. Returns a list of decision dicts, one per pending job."""
+def evaluate(snapshot, classes, path="policy", pulls=None):
+    """Decide for every pending job. Returns a list of decision dicts, one per pending job.
+    pulls: {class name: seconds}, the image pull measured on the cloud pool (prepull.py); a class
+    there uses it in the time model instead of its image_size/image_cached estimate."""
     out = []
     for job in snapshot.jobs:
         if job.state not in PENDING_STATES:
@@ -117,7 +119,8 @@ def evaluate(snapshot, classes, path="policy"):
             cloud_runtime=cls.get("cloud_runtime"), input_bytes=cls["input_size"], output_bytes=cls["output_size"],
             dispatch=cls["dispatch"], cloud_queue_wait=cls["cloud_queue_wait"], image_bytes=cls["image_size"],
             image_cached=cls["image_cached"], startup=cls["startup"], inputs_in_cloud=cls["inputs_in_cloud"],
-            return_link_bps=cls.get("return_link_bps"), min_gain=cls["min_gain"])
+            return_link_bps=cls.get("return_link_bps"), min_gain=cls["min_gain"],
+            image_pull_s=(pulls or {}).get(job.job_class))
         d["time_model"] = tmr
         d["decision"] = tmr["decision"]
         d["reason"] = tmr["reason"]

@@ -72,6 +72,12 @@ def api_url(cluster):
     return "https://%s:%d" % (BRIDGE_IP, CLUSTERS[cluster]["port"])
 
 
+# The images the lab's "registry" holds, as every node's runtime reports them (node agent,
+# /etc/hybridgpu-lab/images.json): no registry exists here, so the digest is a fixed stand-in.
+# inventories/lab pins the overflow job image to the same digest (hgpu_overflow_images).
+LAB_IMAGES = {"localhost/overflow-job:1": "sha256:906ffb75a644f27877b4f8dca6e48188ce08dc42367542e52da08ec8eee7c9a3"}
+
+
 def gpu_spec(node):
     """The initial gpu-spec.json document of a node."""
     spec = dict(ROWS[node["row"]]["spec"])

@@ -169,6 +169,12 @@ def write_gpu_spec(node):
     return changed
 
 
+def write_image_digests(node):
+    """Write the node's images.json (config.LAB_IMAGES): what its kubelet stand-in's runtime holds."""
+    return write_if_changed(config.path("nodes", node["name"], "images.json"),
+                            json.dumps(config.LAB_IMAGES, indent=2, sort_keys=True) + "\n")
+
+
 def create_node(node, image):
     name = node["name"]
     spec_dir = config.path("nodes", name)
@@ -197,6 +203,7 @@ def ensure_node(node, image):
     """Create/start a node container. Returns 'created', 'started' or 'ok'."""
     name = node["name"]
     write_gpu_spec(node)
+    write_image_digests(node)
     info = inspect(name)
     if info is not None and (info["Config"].get("Labels") or {}).get(config.NODE_LABEL_KEY) != name:
         raise LabError("a container named %s exists but was not made by the lab; remove it" % name)

@@ -347,3 +347,46 @@ def test_agent_stops_a_terminating_pod_and_confirms_with_grace_zero(fake_api, tm
     assert local.phase == "Failed"
     with pytest.raises(OSError):
         os.kill(pid, 0)
+
+
+DIGEST = "sha256:" + "c3" * 32
+
+
+def test_image_digests_resolve_as_a_runtime_that_holds_them():
+    table = {"localhost/overflow-job:1": DIGEST, "localhost/overflow-job:latest": DIGEST}
+    assert agent.node_images(table) == [{"names": ["localhost/overflow-job@" + DIGEST, "localhost/overflow-job:1",
+                                                   "localhost/overflow-job:latest"], "sizeBytes": 0}]
+    assert agent.resolve_image("localhost/overflow-job:1", table) == ("localhost/overflow-job@" + DIGEST, None)
+    assert agent.resolve_image("localhost/overflow-job@" + DIGEST, table) == ("localhost/overflow-job@" + DIGEST, None)
+    image_id, err = agent.resolve_image("localhost/overflow-job@sha256:" + "0" * 64, table)
+    assert image_id is None and "manifest unknown" in err
+    assert agent.resolve_image("localhost/other:2", table) == ("", None)      # a tag it does not name
+    assert agent.resolve_image("localhost/other@" + DIGEST, None) == ("", None)  # no images.json
+
+
+def test_agent_reports_image_ids_and_node_images(fake_api, tmp_path):
+    images = tmp_path / "images.json"
+    images.write_text(json.dumps({"localhost/overflow-job:1": DIGEST}))
+    ag = _agent(tmp_path, fake_api.url, image_digests=str(images))
+    assert _until(ag, lambda: "conditions" in (fake_api.nodes.get("cloud-h200-1") or {}).get("status", {}))
+    assert fake_api.nodes["cloud-h200-1"]["status"]["images"] == [
+        {"names": ["localhost/overflow-job@" + DIGEST, "localhost/overflow-job:1"], "sizeBytes": 0}]
+    ok = _pod("by-digest", "cloud-h200-1", ["true"])
+    ok["spec"]["containers"][0]["image"] = "localhost/overflow-job@" + DIGEST
+    bad = _pod("unknown-digest", "cloud-h200-1", ["true"])
+    bad["spec"]["containers"][0]["image"] = "localhost/overflow-job@sha256:" + "0" * 64
+    fake_api.pods.update({"by-digest": ok, "unknown-digest": bad})
+    assert _until(ag, lambda: ok["status"]["phase"] == "Succeeded" and bad["status"].get("containerStatuses"))
+    got = ok["status"]["containerStatuses"][0]
+    assert got["imageID"] == "localhost/overflow-job@" + DIGEST and got["image"] == "localhost/overflow-job@" + DIGEST
+    assert got["state"]["terminated"]["startedAt"] and ok["status"]["startTime"]
+    waiting = bad["status"]["containerStatuses"][0]
+    assert bad["status"]["phase"] == "Pending" and waiting["imageID"] == ""
+    assert waiting["state"]["waiting"]["reason"] == "ErrImagePull" and "manifest unknown" in waiting["state"]["waiting"]["message"]
+    # the stuck pod is reported once, and a delete of it is confirmed at once (nothing runs)
+    patches = sum(1 for c in fake_api.calls if c[:2] == ("PATCH", "/api/v1/namespaces/default/pods/unknown-digest/status"))
+    _until(ag, lambda: False, timeout=1.0)
+    assert sum(1 for c in fake_api.calls if c[:2] == ("PATCH", "/api/v1/namespaces/default/pods/unknown-digest/status")) == patches
+    bad["metadata"]["deletionTimestamp"] = "2030-01-01T00:00:30Z"
+    assert _until(ag, lambda: "unknown-digest" not in fake_api.pods)
+    assert _until(ag, lambda: "uid-unknown-digest" not in ag.pods)

@@ -19,6 +19,14 @@ Files:
   /etc/hybridgpu/node-agent/kubeconfig   server, CA and token. JSON, or the simple YAML layout
                                          of a one-cluster kubeconfig (see parse_kubeconfig)
   /var/lib/hybridgpu-node-agent/pods/<uid>/  working directory, logs and exit codes of a pod
+  /etc/hybridgpu-lab/images.json         optional: the images this node's "registry" holds,
+                                         {"<repo>:<tag>": "sha256:<hex>"} (config image_digests)
+Images: the lab has no registry and runs commands, not images. With images.json the agent
+answers as a kubelet whose runtime holds those images: the Node's status.images lists each one
+(`<repo>@sha256:<hex>` beside `<repo>:<tag>`), a container's imageID is `<repo>@sha256:<hex>`,
+and a reference by a digest the file does not hold leaves the pod Pending with the container
+waiting in ErrImagePull (manifest unknown). A tag the file does not name runs with no imageID,
+as without the file.
 Logs go to stdout (journald under systemd).
 """
 import base64
@@ -50,6 +58,7 @@ DEFAULTS = {
     "max_backoff": 8.0,                # cap of the retry backoff while the API is unreachable
     "kill_grace": 5.0,                 # SIGTERM -> SIGKILL delay for pods gone from the API without a grace
     "max_pods": 110,
+    "image_digests": "/etc/hybridgpu-lab/images.json",
 }
 LOG_TAIL = 64 * 1024
 RESTRICTED_PREFIX = "node-restriction.kubernetes.io/"
@@ -376,6 +385,50 @@ def local_address(server):
         return "127.0.0.1"
 
 
+# ---------------------------------------------------------------- images
+
+def split_ref(image):
+    """(repository, tag or None, digest or None) of an image reference."""
+    rest, sep, digest = image.partition("@")
+    slash, colon = rest.rfind("/"), rest.rfind(":")
+    if colon > slash:
+        return rest[:colon], rest[colon + 1:], digest if sep else None
+    return rest, None, digest if sep else None
+
+
+def load_image_digests(path):
+    """{"<repo>:<tag>": "sha256:<hex>"} from images.json; None when the file is absent or unreadable."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            data = json.load(handle)
+    except (OSError, ValueError):
+        return None
+    return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else None
+
+
+def node_images(table):
+    """Node.status.images: one entry per (repo, digest) with every tag that names it."""
+    by = {}
+    for ref, digest in sorted((table or {}).items()):
+        repo, tag, dummy = split_ref(ref)
+        by.setdefault((repo, digest), []).append("%s:%s" % (repo, tag or "latest"))
+    return [{"names": ["%s@%s" % key] + tags, "sizeBytes": 0} for key, tags in sorted(by.items())]
+
+
+def resolve_image(image, table):
+    """(imageID, error) for a container image: ("", None) when nothing is known (no images.json,
+    or a tag it does not name), (None, message) for a digest it does not hold."""
+    if table is None:
+        return "", None
+    repo, tag, digest = split_ref(image)
+    if digest:
+        if any(split_ref(ref)[0] == repo and d == digest for ref, d in table.items()):
+            return "%s@%s" % (repo, digest), None
+        return None, 'failed to resolve reference "%s": %s: not found (manifest unknown)' % (image, image)
+    got = table.get("%s:%s" % (repo, tag or "latest"))
+    return ("%s@%s" % (repo, got), None) if got else ("", None)
+
+
 # ---------------------------------------------------------------- pods
 
 def _field_value(pod, path, node):
@@ -419,9 +472,9 @@ def container_plan(pod, container, node, workdir, gpu_ids):
     return argv, env
 
 
-def container_status(name, cid, state):
+def container_status(name, cid, state, image="", image_id=""):
     """A containerStatuses entry; state is ('running', started) or ('terminated', started, finished, code)."""
-    entry = {"name": name, "image": "", "imageID": "", "containerID": cid, "restartCount": 0}
+    entry = {"name": name, "image": image, "imageID": image_id, "containerID": cid, "restartCount": 0}
     if state[0] == "running":
         entry.update(ready=True, started=True, state={"running": {"startedAt": state[1]}})
     elif state[0] == "waiting":
@@ -472,11 +525,12 @@ class LocalPod:
         self.deleted = False
         self.names = [c.get("name", "main") for c in (pod.get("spec") or {}).get("containers") or []]
         self.last_log_push = 0.0
+        self.image_error = None   # {"images": {container: image}, "message"} while an image cannot be pulled
 
     def save(self):
         data = {k: getattr(self, k) for k in ("uid", "name", "namespace", "containers", "start_time",
                                               "phase", "reported", "reason", "message", "gpus",
-                                              "deleted", "names")}
+                                              "deleted", "names", "image_error")}
         tmp = os.path.join(self.dir, "state.json.tmp")
         with open(tmp, "w", encoding="utf-8") as handle:
             json.dump(data, handle)
@@ -514,11 +568,12 @@ class LocalPod:
         out = []
         for c in self.containers:
             cid = "podman-lab://%s-%s" % (self.uid, c["name"])
+            image = (c.get("image") or "", c.get("image_id") or "")
             if c.get("code") is None:
-                out.append(container_status(c["name"], cid, ("running", c["started"])))
+                out.append(container_status(c["name"], cid, ("running", c["started"]), *image))
             else:
                 out.append(container_status(c["name"], cid, ("terminated", c["started"],
-                                                             c["finished"], c["code"])))
+                                                             c["finished"], c["code"]), *image))
         return out
 
     def terminate(self, force=False):
@@ -608,7 +663,11 @@ class Agent:
                                    memory_kib(_read("/proc/meminfo")), int(self.cfg["max_pods"]))
         addresses = [{"type": "InternalIP", "address": self.host_ip},
                      {"type": "Hostname", "address": self.node}]
-        return node_status(resources, node_info(self.cfg), addresses, self.since)
+        status = node_status(resources, node_info(self.cfg), addresses, self.since)
+        table = load_image_digests(self.cfg.get("image_digests") or "")
+        if table is not None:
+            status["images"] = node_images(table)
+        return status
 
     def register(self):
         labels = node_labels(self.node, self.gpus, self.driver)
@@ -714,6 +773,16 @@ class Agent:
             local.save()
             return local
         local.start_time = now_rfc3339()
+        table = load_image_digests(self.cfg.get("image_digests") or "")
+        image_ids = {}
+        for c in containers:
+            image_ids[c["name"]], err = resolve_image(c.get("image") or "", table)
+            if err:
+                # as a kubelet whose pull fails: the pod stays Pending, the container waits
+                local.image_error = {"images": {x["name"]: x.get("image") or "" for x in containers}, "message": err}
+                log("pod %s/%s: ErrImagePull: %s", local.namespace, local.name, err)
+                local.save()
+                return local
         try:
             for c in containers:
                 n = gpu_request(c)
@@ -731,7 +800,8 @@ class Agent:
                                             stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                             start_new_session=True)
                 CHILDREN[proc.pid] = proc
-                local.containers.append({"name": c["name"], "pid": proc.pid, "log": log_path,
+                local.containers.append({"name": c["name"], "image": c.get("image") or "",
+                                         "image_id": image_ids[c["name"]], "pid": proc.pid, "log": log_path,
                                          "exit_file": exit_file, "started": now_rfc3339(),
                                          "finished": None, "code": None})
             local.phase = "Running"
@@ -757,7 +827,10 @@ class Agent:
         if local.reported == local.phase and local.phase == "Running":
             return True
         statuses = local.statuses()
-        if not statuses and local.phase == "Failed":
+        if not statuses and local.image_error:
+            statuses = [container_status(n, "", ("waiting", "ErrImagePull", local.image_error["message"]), image)
+                        for n, image in sorted(local.image_error["images"].items())]
+        elif not statuses and local.phase == "Failed":
             statuses = [container_status(n, "", ("waiting", local.reason or "Error", local.message or ""))
                         for n in local.names or ["main"]]
         patch = pod_status_patch(local.phase, local.start_time or now_rfc3339(), statuses,
@@ -790,7 +863,7 @@ class Agent:
                 # Terminating: stop the containers within the pod's grace, then confirm.
                 if local:
                     self._kill(local, meta.get("deletionGracePeriodSeconds"))
-                if not local or local.phase not in ("Pending", "Running"):
+                if not local or local.phase not in ("Pending", "Running") or local.image_error:
                     self.confirm_deletion(meta)
                 continue
             if local is None and phase == "Pending":
@@ -799,7 +872,7 @@ class Agent:
             if uid not in seen:
                 self._kill(local)
                 local.deleted = True
-                if local.phase not in ("Pending", "Running"):
+                if local.phase not in ("Pending", "Running") or local.image_error:
                     local.save()
                     del self.pods[uid]
         return True
