@@ -30,7 +30,7 @@ import uuid
 from ..common.records import PAGE_CSS, html_text
 from . import backends, carry
 from .ledger import MARKS
-from .protocol import (J_BACK_LOCAL, J_FINISHED, J_GONE, J_LOCAL_RUNNING, LABEL_JOB, Dispatcher,
+from .protocol import (J_BACK_LOCAL, J_FINISHED, J_GONE, J_LOCAL_RUNNING, Dispatcher,
                        cloud_job_name)
 
 LINK_CUT_SAFE = ("only this process's calls to the cloud API fail, as a refused connection, for a few calls "
@@ -408,8 +408,8 @@ def render(rep):
     out.append("</table><h2>Which drills are safe on a real estate</h2><table><tr><th>Drill</th><th>Safe</th>"
                "<th>Why</th></tr>")
     for t in rep["table"]:
-        out.append("<tr><td>%s</td><td>%s</td><td>%s</td></tr>" % (html_text(t["drill"]), "yes" if t["safe"] else "no",
-                                                                  html_text(t["why"])))
+        out.append("<tr><td>%s</td><td>%s</td><td>%s</td></tr>" % (
+            html_text(t["drill"]), "yes" if t["safe"] else "no", html_text(t["why"])))
     out.append("</table><h2>Evidence</h2>")
     for r in rep["drills"]:
         out.append("<h3>%s</h3><pre>%s</pre>" % (html_text(r["drill"]),

@@ -2,65 +2,18 @@
 cloud backend in a test namespace, the real SQLite ledger, a memory stager; a fake kubelet runs the test
 Job's pod and prints the output line the upload step prints. Each drill passes on the protocol as it is
 and fails when the protocol step it exercises is broken."""
-import threading
-import time
-
 import pytest
 
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow import backends, drills, protocol
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow.k8s_backend import K8sCloudCluster
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow.tracker import Tracker
 
+from drill_world import Kubelet, memory_output
 from k8s_world import K8sWorld
 
 NS = "ovf-drill-test"
 TEMPLATE = {"image": "registry.example.internal/ml/overflow-runner:1",
             "upload": {"host": "stage.example.internal", "ssh_key": "/k", "root": "/srv/overflow", "known_hosts": "/kh"}}
-
-
-class Kubelet(object):
-    """Runs every pod in the namespace: Running for `hold_s`, then the job's output lands in cloud
-    storage, the pod log gets the OVF_OUTPUT line and the pod Succeeds."""
-
-    def __init__(self, kube, storage, hold_s=0.6):
-        self.kube, self.storage, self.hold_s = kube, storage, hold_s
-        self.running = {}
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self.loop, daemon=True)
-        self.thread.start()
-
-    def loop(self):
-        while not self.stop.is_set():
-            try:
-                self.tick()
-            except Exception:       # a pod deleted between list and patch: look again next tick
-                pass
-            time.sleep(0.05)
-
-    def tick(self):
-        for pod in self.kube.list_pods(NS):
-            name = pod["metadata"]["name"]
-            phase = (pod.get("status") or {}).get("phase")
-            if pod["metadata"].get("deletionTimestamp") or phase in ("Succeeded", "Failed"):
-                continue
-            if phase != "Running":
-                self.kube.core.patch_namespaced_pod_status(name, NS, {"status": {"phase": "Running"}})
-                self.running[name] = time.time()
-            elif time.time() - self.running.get(name, 0) >= self.hold_s:
-                env = dict((e["name"], e.get("value")) for e in pod["spec"]["containers"][0].get("env") or [])
-                data = ("output of %s %s" % (env["OVF_JOB_ID"], env["OVF_ATTEMPT_ID"])).encode()
-                self.storage.cloud_outputs[env["OVF_JOB_ID"]] = data
-                line = "OVF_OUTPUT %s jobs/%s/output\n" % (backends.sha256_hex(data), env["OVF_JOB_ID"])
-                api = self.kube.core.api_client
-                req = api.param_serialize("PUT", "/api/v1/namespaces/%s/pods/%s/log" % (NS, name),
-                                          header_params={"Content-Type": "text/plain"}, body=line,
-                                          auth_settings=["BearerToken"])
-                api.call_api(*req).read()
-                self.kube.core.patch_namespaced_pod_status(name, NS, {"status": {"phase": "Succeeded"}})
-
-    def close(self):
-        self.stop.set()
-        self.thread.join(5)
 
 
 @pytest.fixture(scope="module")
@@ -69,7 +22,7 @@ def world(tmp_path_factory):
     w.storage = backends.MemoryStorage()
     kube = w.kube("cloud-direct")
     kube.ensure_namespace(NS)
-    w.kubelet = Kubelet(kube, w.storage)
+    w.kubelet = Kubelet(kube, NS, memory_output(w.storage))
     yield w
     w.kubelet.close()
     w.stop()
