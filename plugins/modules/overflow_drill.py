@@ -28,7 +28,7 @@ description:
   - Every drill records its checks and evidence (Jobs carrying the job-ID label, ledger entries, checksums) and
     deletes the Jobs it created in the test namespace. The report is C(<out>/safe_drill.json) and
     C(<out>/safe_drill.html).
-  - Drills that cannot be safe on a real estate (they break shared parts: a cloud node, the namespace quota, the
+  - Drills that cannot be safe on a real estate (they break shared parts such as a cloud node, the namespace quota, the
     storage host, stored results, the site's local queue) are never run by this module; named in I(drills) they
     come back in C(refused) with why, unless I(estate) is C(disposable), where a test estate's own drill script
     runs them.
