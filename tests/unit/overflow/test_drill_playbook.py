@@ -163,3 +163,35 @@ def test_module_refuses_a_restricted_class_and_the_production_namespace(estate, 
         res = json.loads(out.stdout)["plays"][0]["tasks"][0]["hosts"]["localhost"]
         assert res.get("failed") and message in res["msg"] and "nothing was run" in res["msg"], res.get("msg")
     assert not (tmp_path / "out").exists()
+
+
+def test_module_check_mode_runs_nothing(estate, tmp_path):
+    args = {"job_classes": estate.vars["hgpu_overflow_job_classes"], "cloud": estate.vars["hgpu_overflow_cloud"],
+            "storage": dict(estate.vars["hgpu_overflow_storage"], onprem_root=str(tmp_path / "r")),
+            "job_template": estate.vars["hgpu_overflow_job_template"], "out": str(tmp_path / "out"),
+            "namespace": NS, "job_class": "drill-test", "drills": ["retried_commit", "cloud_rejects_quota"]}
+    cmd = [os.path.join(os.path.dirname(sys.executable), "ansible"), "localhost", "-c", "local", "--check",
+           "-e", "ansible_python_interpreter=" + sys.executable,
+           "-m", "hybridgpu.fleet.overflow_drill", "-a", json.dumps(args)]
+    env = dict(os.environ, ANSIBLE_STDOUT_CALLBACK="json", ANSIBLE_LOAD_CALLBACK_PLUGINS="1")
+    out = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, check=False)
+    res = json.loads(out.stdout)["plays"][0]["tasks"][0]["hosts"]["localhost"]
+    assert not res.get("failed") and res["changed"] is False, res.get("msg")
+    assert res["would_run"] == ["retried_commit"] and res["drills"] == []
+    assert [r["drill"] for r in res["refused"]] == ["cloud_rejects_quota"]
+    assert not (tmp_path / "out").exists()
+
+
+def test_module_names_a_template_without_upload(estate, tmp_path):
+    args = {"job_classes": estate.vars["hgpu_overflow_job_classes"], "cloud": estate.vars["hgpu_overflow_cloud"],
+            "storage": dict(estate.vars["hgpu_overflow_storage"], onprem_root=str(tmp_path / "r")),
+            "job_template": {"image": "x"}, "out": str(tmp_path / "out"), "namespace": NS, "job_class": "drill-test"}
+    cmd = [os.path.join(os.path.dirname(sys.executable), "ansible"), "localhost", "-c", "local",
+           "-e", "ansible_python_interpreter=" + sys.executable,
+           "-m", "hybridgpu.fleet.overflow_drill", "-a", json.dumps(args)]
+    env = dict(os.environ, ANSIBLE_STDOUT_CALLBACK="json", ANSIBLE_LOAD_CALLBACK_PLUGINS="1")
+    out = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, check=False)
+    res = json.loads(out.stdout)["plays"][0]["tasks"][0]["hosts"]["localhost"]
+    assert res.get("failed") and "job_template.upload needs" in res["msg"]
+    assert estate.kube_cloud.list_jobs(NS) == [] or all(j["metadata"].get("deletionTimestamp")
+                                                        for j in estate.kube_cloud.list_jobs(NS))
