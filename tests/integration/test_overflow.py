@@ -194,3 +194,22 @@ def test_operator_playbook_moves_a_slurm_job(overflow_lab, tmp_path):
         assert q.state(job_id) == b.Q_WITHDRAWN
     finally:
         q.run("scancel -n %s; scancel -n %s" % (blocker, job), check=False)
+
+
+def test_safe_drills_playbook_on_the_lab(overflow_lab, tmp_path):
+    """The safe drills through the playbook with the lab inventory's test namespace and class: real cloud
+    Jobs on the node agents, real rsync to cloud-storage; the unsafe drills are not chosen, so the lab's
+    drill script does not run."""
+    from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow import drills
+    env = dict(os.environ, PATH=os.path.join(ROOT, ".venv", "bin") + os.pathsep + os.environ["PATH"],
+               ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"))
+    extra = {"overflow_drill_out": str(tmp_path / "drill"), "overflow_drill_failures": list(drills.SAFE_NAMES),
+             "overflow_drill_poll_s": 2, "overflow_drill_timeout_s": 300}
+    res = subprocess.run(["ansible-playbook", "playbooks/overflow_drill.yml", "-e", json.dumps(extra)],
+                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=3000, check=False)
+    rep = json.loads((tmp_path / "drill" / "safe" / "safe_drill.json").read_text())
+    failed = [(d["drill"], [c for c in d["checks"] if not c["pass"]]) for d in rep["drills"] if not d["pass"]]
+    assert res.returncode == 0 and rep["pass"], (failed, res.stdout[-3000:])
+    assert [d["drill"] for d in rep["drills"]] == list(drills.SAFE_NAMES) and rep["refused"] == []
+    assert not (tmp_path / "drill" / "drill.json").exists()          # the lab's script did not run
+    assert all(d["cleanup"]["deleted"] for d in rep["drills"])

@@ -310,6 +310,10 @@ class K8sCloudCluster(backends.CloudCluster):
         except k8s.K8sError as err:
             self._link(err, "look up Jobs of %s" % job_id)
 
+    def jobs_of(self, job_id):
+        """Every Job in the namespace carrying the job-ID label (raw objects). Raises LinkDown."""
+        return self._jobs(job_id) or []
+
     def find_by_job_id(self, job_id):
         jobs = self._jobs(job_id)
         if not jobs:
