@@ -212,7 +212,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import files, k8s
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.common.k8s_module import K8S_AUTH_ARG_SPEC
-from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow import backends, carry, dispatch_run, drills, jobclass
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow import backends, carry, dispatch_run, drill_page, drills, jobclass
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow.stagers import STORAGE_OPTIONS
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow.tracker import Tracker
 
@@ -305,10 +305,10 @@ def main():
         module.fail_json(msg="overflow drill: %s" % exc, **result)
     except (k8s.K8sError, backends.LinkDown) as exc:
         module.fail_json(msg="overflow drill: the cloud cluster answered %s" % exc, **result)
-    rep = drills.report(records, refused, {"namespace": params["namespace"], "job_class": params["job_class"],
+    rep = drill_page.report(records, refused, {"namespace": params["namespace"], "job_class": params["job_class"],
                                            "estate": params["estate"], "cut_calls": params["cut_calls"]})
     path = os.path.join(params["out"], "safe_drill.json")
-    files.write(os.path.join(params["out"], "safe_drill.html"), drills.render(rep))
+    files.write(os.path.join(params["out"], "safe_drill.html"), drill_page.render(rep))
     files.write(path, json.dumps(rep, indent=1, sort_keys=True, default=str) + "\n")
     result.update(changed=bool(records), drills=records, report=path)
     result["pass"] = rep["pass"]
