@@ -253,11 +253,17 @@ def test_no_device_plugin_names_node_and_piece(joined, records):
         labk8s.ensure_device_plugin("onprem")
 
 
+# The node's kubelet: kubeadm's kubelet.service on a node the wave joined, the lab agent on one
+# this file's fixture joined.
+RESTART_KUBELET = ("systemctl restart $(systemctl list-unit-files --no-legend --state=enabled kubelet.service "
+                   "hybridgpu-node-agent.service | cut -d' ' -f1)")
+
+
 def test_allocatable_below_gpu_count_names_node_and_piece(joined, records, gpu_spec):
     # The agent (device plugin's part in the lab) reads the GPUs when it starts: start it while
     # two GPUs are hidden, then show them again; nvidia-smi lists 8, the Node advertises 6.
     gpu_spec(hide_gpus=2)
-    ssh(FAULT_NODE, "systemctl restart hybridgpu-node-agent.service")
+    ssh(FAULT_NODE, RESTART_KUBELET)
     time.sleep(5)
     gpu_spec(hide_gpus=0)
     try:
@@ -265,7 +271,7 @@ def test_allocatable_below_gpu_count_names_node_and_piece(joined, records, gpu_s
         assert res.returncode != 0 and inv["stack"]["missing"] == ["allocatable GPUs"]
         assert "node %s: Node advertises nvidia.com/gpu allocatable 6, the node has 8 GPUs" % FAULT_NODE in res.stdout
     finally:
-        ssh(FAULT_NODE, "systemctl restart hybridgpu-node-agent.service")
+        ssh(FAULT_NODE, RESTART_KUBELET)
         assert wait_ready(FAULT_NODE, 60)
 
 

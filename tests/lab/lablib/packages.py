@@ -103,7 +103,7 @@ def restore_driver(node, drivers):
     if held:
         script.append("apt-mark hold %s >/dev/null" % row["driver"])
     script.append("for u in nvidia-fabricmanager kubelet hybridgpu-node-agent; do "
-                  "systemctl try-restart $u.service 2>/dev/null; done; true")
+                  "systemctl try-restart $u.service 2>/dev/null || true; done")
     run(["podman", "exec", node["name"], "env", "DEBIAN_FRONTEND=noninteractive", "sh", "-ec",
          " && ".join(script)], timeout=600)
     was = ", ".join("%s %s%s" % (p, v, " (held)" if h else "") for p, (v, h) in sorted(drivers.items()))
@@ -151,7 +151,7 @@ def refresh_lab_packages(node):
         run(["podman", "exec", node["name"], "env", "DEBIAN_FRONTEND=noninteractive", "sh", "-ec",
              "apt-get update -qq && apt-get install -y -q --reinstall --no-install-recommends %s >/dev/null && "
              "for u in kubelet hybridgpu-node-agent vendor-node-connector hybridgpu-gpu-exporter nvidia-dcgm; do "
-             "systemctl try-restart $u.service 2>/dev/null; done; true" % " ".join(have)], timeout=600)
+             "systemctl try-restart $u.service 2>/dev/null || true; done" % " ".join(have)], timeout=600)
         log("%s: reinstalled %s from the rebuilt lab repository" % (node["name"], " ".join(have)))
     run(["podman", "exec", node["name"], "sh", "-c", 'mkdir -p "$(dirname "$1")" && printf %s "$2" > "$1"', "sh",
          NODE_STAMP, build])
