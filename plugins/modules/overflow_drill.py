@@ -306,7 +306,7 @@ def main():
     except (k8s.K8sError, backends.LinkDown) as exc:
         module.fail_json(msg="overflow drill: the cloud cluster answered %s" % exc, **result)
     rep = drill_page.report(records, refused, {"namespace": params["namespace"], "job_class": params["job_class"],
-                                           "estate": params["estate"], "cut_calls": params["cut_calls"]})
+                                               "estate": params["estate"], "cut_calls": params["cut_calls"]})
     path = os.path.join(params["out"], "safe_drill.json")
     files.write(os.path.join(params["out"], "safe_drill.html"), drill_page.render(rep))
     files.write(path, json.dumps(rep, indent=1, sort_keys=True, default=str) + "\n")

@@ -87,7 +87,7 @@ def test_activation_token_joins_and_the_service_approves(api, connector, monkeyp
     conf = (tmp / "etc" / "kubelet.conf").read_text()
     assert str(pem) in conf and str(tmp / "etc" / "pki" / "ca.crt") in conf and token not in conf
     assert not (tmp / "etc" / "bootstrap-kubelet.conf").exists()
-    csrs = [c for c in api["kube"].list_csrs() if c["spec"]["username"] == "system:bootstrap:" + token.split(".")[0]]
+    csrs = [c for c in api["kube"].list_csrs() if c["spec"]["username"] == "system:bootstrap:" + token.split(".", maxsplit=1)[0]]
     assert [c["status"]["conditions"][0]["reason"] for c in csrs] == ["AutoApproved"]
     calls = (tmp / "calls").read_text()
     assert "restart vendor-node-connector.service" in calls and "enable --now vendor-node-connector.service" in calls
