@@ -195,7 +195,8 @@ def _options(module):
     ("awx_organization", "organization", False), ("awx_execution_environment", "execution_environment", False),
     ("awx_project", "project", False), ("awx_inventory", "inventory", False),
     ("awx_inventory_source", "inventory_source", False), ("awx_job_templates", "job_template", True),
-    ("awx_approval_workflows", "workflow_job_template", True), ("awx_schedules", "schedule", True)])
+    ("awx_approval_workflows", "workflow_job_template", True), ("awx_schedules", "schedule", True),
+    ("awx_credential_types", "credential_type", True)])
 def test_definitions_are_awx_module_parameters(key, module, many):
     options = _options(module)
     items = DATA[key] if many else [DATA[key]]
@@ -584,7 +585,7 @@ def test_awx_apply_copies_the_survey_of_the_guarded_template():
 
 
 def test_schedules_run_existing_templates():
-    names = set(BY_NAME) | {wf["name"] for wf in DATA["awx_approval_workflows"]}
+    names = set(BY_NAME) | {wf["name"] for wf in DATA["awx_approval_workflows"]} | {"hybridgpu %s" % w for w in DATA["awx_waves"]}
     bad = ["%s -> %s (no such template)" % (s["name"], s["unified_job_template"]) for s in DATA["awx_schedules"]
            if s["unified_job_template"] not in names]
     bad += ["%s: rrule %r is not DTSTART:...Z RRULE:FREQ=..." % (s["name"], s["rrule"]) for s in DATA["awx_schedules"]
