@@ -23,14 +23,16 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 BIN = os.path.dirname(sys.executable)
 WORK = os.path.join(ROOT, "build", "ee")
 TAG = "localhost/hybridgpu-fleet-ee:test"
-# Playbooks AWX runs in the EE. Those that AWX does not run (awx_apply.yml configures AWX
-# from a control host and needs awx.awx, which the EE does not carry) are listed in
-# awx/controller.yml as awx_not_templated_playbooks.
+
+
 class _Loader(yaml.SafeLoader):
     """Safe loader that reads Ansible's tags (!unsafe in the credential injectors) as strings."""
 
 
 _Loader.add_multi_constructor("!", lambda loader, suffix, node: loader.construct_scalar(node))
+# Playbooks AWX runs in the EE. Those that AWX does not run (awx_apply.yml configures AWX
+# from a control host and needs awx.awx, which the EE does not carry) are listed in
+# awx/controller.yml as awx_not_templated_playbooks.
 with open(os.path.join(ROOT, "awx", "controller.yml")) as _fh:
     NOT_IN_EE = set(yaml.load(_fh, Loader=_Loader)["awx_not_templated_playbooks"])
 PLAYBOOKS = sorted(os.path.basename(p)[:-4] for p in glob.glob(os.path.join(ROOT, "playbooks", "*.yml"))
