@@ -269,7 +269,8 @@ def run(params):
         try:
             records.append(drills.run_drill(
                 name, cloud, stager, ledger, params["job_class"],
-                lambda job_id: drills.test_spec(job_id, params["job_template"], params.get("image")), inputs, tag=tag,
+                lambda job_id: drills.test_spec(job_id, params["job_template"], params.get("image"),
+                                                run_s=3 * params["poll_s"]), inputs, tag=tag,
                 cut_calls=params["cut_calls"], poll_s=params["poll_s"], timeout_s=params["timeout_s"]))
         except (k8s.K8sError, backends.LinkDown, backends.TransferInterrupted, backends.ReturnFailed) as exc:
             # the drill's test Jobs were deleted on the way out; the next drill still runs

@@ -244,13 +244,14 @@ class DrillLocal(backends.LocalQueue):
 
 # -- the test job ---------------------------------------------------------------------------------
 
-def test_spec(job_id, template, image=None):
-    """The cloud Job of the test job: a no-op shell step in the site's image that writes one small file,
+def test_spec(job_id, template, image=None, run_s=0):
+    """The cloud Job of the test job: a shell step in the site's image that runs for run_s seconds
+    (so the protocol's polls see it running and record the start mark) and writes one small file,
     run inside the upload step (carry.slurm_pod_spec), no GPU asked."""
     tpl = dict(template or {})
     tpl["outputs"] = [OUTPUT_DIR]
     script = {"shebang": "#!/bin/sh", "container_image": image or tpl.get("image"),
-              "body": "true\nmkdir -p %s\necho %s > %s/drill.txt\n" % (OUTPUT_DIR, job_id, OUTPUT_DIR)}
+              "body": "sleep %d\nmkdir -p %s\necho %s > %s/drill.txt\n" % (int(run_s), OUTPUT_DIR, job_id, OUTPUT_DIR)}
     pod, rewrites = carry.slurm_pod_spec(job_id, {"job_id": job_id, "gpus": 0}, script, tpl)
     return {"pod_spec": pod, "rewrites": rewrites}
 
