@@ -5,6 +5,7 @@ With HGPU_CONFORMANCE_KUBECONFIG set (and optionally HGPU_CONFORMANCE_CONTEXT) t
 run against that real cluster; only tests that need emulator-side setup (static token file,
 node-credential Secrets) are skipped there, with the reason.
 """
+import itertools
 import os
 import secrets
 import sys
@@ -132,9 +133,12 @@ class Helpers:
                                                "2" if emulator else "50"))
         self.created_nodes = []
         self.kubelet = FakeKubelet(self.core)
+        self._serial = itertools.count(1)
 
     def uniq(self, prefix):
-        return "%s-%s-%s" % (prefix, self.run_id, secrets.token_hex(2))
+        # The serial keeps names within one run distinct; the random part keeps
+        # names from runs that share a run_id apart on a real cluster.
+        return "%s-%s-%d%s" % (prefix, self.run_id, next(self._serial), secrets.token_hex(1))
 
     def make_node(self, name, pool, labels=None, gpus=0, taints=None, heartbeat=True):
         labels = dict(labels or {}, **{POOL_LABEL: pool, "kubernetes.io/hostname": name})
