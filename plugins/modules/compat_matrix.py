@@ -17,6 +17,19 @@ description:
     version, kubelet vs API server skew, and OS image mismatch against the cloud row.
   - Proposes the first validation wave (one unheld node per owned row plus a rehearsal spare)
     and lists nodes held for a later wave with their reasons.
+  - With O(stack_check) judges the GPU software stack of each host in O(hosts) from its gpu_facts
+    C(stack), with the checks validation uses (C(stack_check)) - the NVIDIA kernel module loaded with
+    the driver package's version, C(nvidia-container-toolkit), containerd's nvidia runtime, and
+    C(nvidia-fabricmanager) with the driver's exact version on NVSwitch systems - and, for a host whose
+    Node is among the O(k8s_node_info) Nodes of its side, C(nvidia.com/gpu) allocatable equal to its
+    GPU count. A host without a Node there (not joined yet) is not judged for allocatable GPUs. Owned
+    hosts are always judged; a cloud host only when its facts carry C(stack).
+  - Each failed piece is a violation of severity V(error) of its rule (V(gpu-stack-driver-module),
+    V(gpu-stack-container-toolkit), V(gpu-stack-containerd-runtime), V(gpu-stack-fabric-manager),
+    V(gpu-stack-allocatable-gpus)) on the host's row; it names the failing nodes only, and its
+    message names each node and the missing piece.
+  - The NVIDIA device plugin DaemonSet is not judged here (it needs a DaemonSet list); validation
+    step 1 checks it.
   - Pure computation on the control host; it changes nothing.
 extends_documentation_fragment:
   - hybridgpu.fleet.attributes
@@ -94,8 +107,21 @@ options:
     description: Extra or overriding rows, C(major.minor) to minimum driver version, for example V(12.4) to V(550.54.15).
     type: dict
     default: {}
+  stack_check:
+    description:
+      - Judge the GPU software stack of the hosts in O(hosts) (see the description). Nodes given in
+        O(nodes) are never judged for it.
+    type: bool
+    default: true
+  fabricmanager:
+    description:
+      - When C(nvidia-fabricmanager) is required. V(auto) - NVSwitch devices are listed on the node, or it
+        has 8 or more SXM GPUs; V(always); V(never).
+    type: str
+    choices: [auto, always, never]
+    default: auto
   fail_on_violation:
-    description: Fail the task when a rule of severity error is violated.
+    description: Fail the task when a rule of severity error is violated (the GPU stack rules included).
     type: bool
     default: false
 author:
@@ -116,11 +142,24 @@ EXAMPLES = r"""
   delegate_to: localhost
   run_once: true
   register: matrix
+
+- name: Build the matrix from each host's gpu_facts and judge its GPU stack (fabric manager required everywhere)
+  hybridgpu.fleet.compat_matrix:
+    hosts: "{{ ansible_play_hosts | map('extract', hostvars, 'gathered_node') | list }}"
+    cloud_hosts: "{{ groups['cloud'] | default([]) }}"
+    k8s_node_info: "{{ k8s_nodes.results }}"
+    fabricmanager: always
+  delegate_to: localhost
+  run_once: true
+  register: matrix
 """
 
 RETURN = r"""
 matrix:
-  description: The matrix. Keys schema_version, columns, rows (cloud last), disagreements, inputs, checks, violations, holds, wave.
+  description:
+    - The matrix. Keys schema_version, columns, rows (cloud last), disagreements, inputs, checks, violations, holds, wave.
+    - C(checks) holds one entry per rule and row, C({rule, row, status, message}); status V(pass), V(fail),
+      V(warn) or V(not_evaluated). A GPU stack check also has C(nodes), the nodes of the row that failed it.
   returned: success
   type: dict
   sample:
@@ -132,14 +171,24 @@ matrix:
         nodes: [dh1-a100-01, dh1-a100-02]
         message: driver 535.230.02 is older than 550.54.14 required by CUDA 12.4
         citation: {title: "NVIDIA CUDA Toolkit Release Notes ...", url: "https://docs.nvidia.com/cuda/cuda-toolkit-release-notes/index.html"}
+      - rule: gpu-stack-container-toolkit
+        severity: error
+        rows: [a100-535]
+        nodes: [dh1-a100-02]
+        message: "node dh1-a100-02: nvidia-container-toolkit not installed (no package, no nvidia-ctk)"
+        citation: {title: "NVIDIA Container Toolkit, Installation Guide ...", url: "https://docs.nvidia.com/..."}
+    checks:
+      - {rule: gpu-stack-allocatable-gpus, row: a100-535, status: not_evaluated, nodes: [],
+         message: "dh1-a100-01: no Node yet (not joined): judged after the join"}
     wave:
       nodes: [{node: dh1-a100-01, row: a100-535, purpose: row_representative}]
 """
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.hybridgpu.fleet.plugins.module_utils.preflight import matrix
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.preflight import matrix, stack
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.preflight.nodes import api_server_versions, nodes_from_hosts
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.validate import stack_check
 
 
 def run(params):
@@ -147,13 +196,17 @@ def run(params):
     node_info = params.get("k8s_node_info") or []
     nodes = list(params.get("nodes") or []) + nodes_from_hosts(params.get("hosts"), params.get("cloud_hosts"), node_info)
     api_versions = dict(api_server_versions(node_info), **(params.get("api_server_versions") or {}))
+    judged = None
+    if params.get("stack_check", True):
+        judged = stack.judge(stack_check, params.get("hosts"), params.get("cloud_hosts"), node_info,
+                             params.get("fabricmanager") or "auto")
     result = matrix.build(
         nodes, cloud=params.get("cloud") or {}, job_image_cuda=params.get("job_image_cuda"),
         api_server_versions=api_versions, holds=params.get("holds") or {},
         boundary_status=params.get("boundary_status"),
         max_generation_distance=params.get("max_generation_distance", 2),
         cuda_compat=params.get("cuda_compat", "strict"),
-        cuda_driver_table=params.get("cuda_driver_table") or {})
+        cuda_driver_table=params.get("cuda_driver_table") or {}, stack=judged)
     errors = [v for v in result["violations"] if v["severity"] == "error"]
     if params.get("fail_on_violation") and errors:
         return result, "version rules violated: " + "; ".join(
@@ -176,6 +229,8 @@ def main():
             max_generation_distance=dict(type="int", default=2),
             cuda_compat=dict(type="str", choices=["strict", "minor_compat"], default="strict"),
             cuda_driver_table=dict(type="dict", default={}),
+            stack_check=dict(type="bool", default=True),
+            fabricmanager=dict(type="str", choices=list(stack.FABRICMANAGER_MODES), default="auto"),
             fail_on_violation=dict(type="bool", default=False),
         ),
         supports_check_mode=True,

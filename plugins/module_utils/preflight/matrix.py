@@ -13,7 +13,7 @@ __metaclass__ = type
 
 import re
 
-from ansible_collections.hybridgpu.fleet.plugins.module_utils.preflight import inputs, version_rules
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.preflight import inputs, stack as gpu_stack, version_rules
 
 SCHEMA_VERSION = 1
 
@@ -218,8 +218,8 @@ def _cloud_rows(cloud_nodes, declared):
 
 def build(nodes, cloud=None, job_image_cuda=None, api_server_versions=None,
           holds=None, boundary_status=None, max_generation_distance=2,
-          cuda_compat="strict", cuda_driver_table=None):
-    """Build the matrix. See module docs of compat_matrix for every argument."""
+          cuda_compat="strict", cuda_driver_table=None, stack=None):
+    """Build the matrix. See module docs of compat_matrix for every argument (``stack``: stack.judge's list)."""
     if not isinstance(nodes, list):
         raise MatrixError("nodes: expected a list of per-node facts")
     if cuda_compat not in ("strict", "minor_compat"):
@@ -253,17 +253,18 @@ def build(nodes, cloud=None, job_image_cuda=None, api_server_versions=None,
                                      and row["values"][c] is not None and ref[c] is not None
                                      and row["values"][c] != ref[c]]
 
-    checks = _apply_rules(rows, job_image_cuda, api_server_versions or {}, cuda_compat, cuda_driver_table)
+    checks = _apply_rules(rows, job_image_cuda, api_server_versions or {}, cuda_compat, cuda_driver_table) + gpu_stack.checks(rows, stack)
     violations = []
     for check in checks:
         if check["status"] in ("fail", "warn"):
             row = next(r for r in rows if r["id"] == check["row"])
+            rule = version_rules.RULES.get(check["rule"]) or gpu_stack.RULES[check["rule"]]
             violations.append({
                 "rule": check["rule"],
-                "severity": "warning" if check["status"] == "warn" else version_rules.RULES[check["rule"]]["severity"],
-                "citation": version_rules.RULES[check["rule"]]["citation"],
+                "severity": "warning" if check["status"] == "warn" else rule["severity"],
+                "citation": rule["citation"],
                 "rows": [check["row"]],
-                "nodes": list(row["nodes"]),
+                "nodes": list(check["nodes"] if "nodes" in check else row["nodes"]),  # stack: the failing nodes
                 "message": check["message"],
             })
 
