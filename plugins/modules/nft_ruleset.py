@@ -21,6 +21,11 @@ description:
     O(control_address), the address the control host connects from.
   - The canonical listing of what was applied is kept under O(state_dir), so drift made by
     hand on the host is detected and reported as a change.
+  - With O(boot=true) the table is loaded again at every boot, before the network comes up, by a
+    systemd unit C(hybridgpu-nft-<table>.service) that loads C(<state_dir>/<table>.boot.nft). The
+    boot copy is written once the ruleset is confirmed (at once without O(confirm_timeout)), so a
+    ruleset that has not proved the management path never survives a reboot. O(state=absent)
+    removes the unit and the boot copy with the table.
 extends_documentation_fragment:
   - hybridgpu.fleet.attributes
 options:
@@ -68,9 +73,17 @@ options:
     type: int
     default: 0
   state_dir:
-    description: Where the applied ruleset, its listing and the rollback file are kept.
+    description: Where the applied ruleset, its listing, the boot copy and the rollback file are kept.
     type: path
     default: /var/lib/hybridgpu/nftables
+  boot:
+    description: Load the confirmed table again at boot (a systemd unit); C(false) keeps it until the next reboot only.
+    type: bool
+    default: true
+  unit_dir:
+    description: Where the boot unit is written.
+    type: path
+    default: /etc/systemd/system
 attributes:
   check_mode:
     support: full
@@ -124,6 +137,11 @@ rollback_unit:
   description: Name of the transient systemd unit that restores the previous table.
   returned: always
   type: str
+boot_unit:
+  description: Name of the unit that loads the table at boot (absent with O(boot=false)).
+  returned: always
+  type: str
+  sample: hybridgpu-nft-hybridgpu.service
 """
 
 import os
@@ -135,6 +153,27 @@ from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import file
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import nft
 
 
+# Loads the confirmed table before the network comes up at boot. The boot copy starts by
+# deleting the table, so loading it again replaces whatever is there.
+BOOT_UNIT = """[Unit]
+Description=hybridgpu.fleet: load nft table inet %(table)s at boot
+DefaultDependencies=no
+Wants=network-pre.target
+Before=network-pre.target shutdown.target
+Conflicts=shutdown.target
+After=local-fs.target
+ConditionPathExists=%(path)s
+
+[Service]
+Type=oneshot
+RemainAfterExit=yes
+ExecStart=%(nft)s -f %(path)s
+
+[Install]
+WantedBy=sysinit.target
+"""
+
+
 class Firewall(object):
     def __init__(self, module):
         self.module = module
@@ -143,6 +182,8 @@ class Firewall(object):
         self.dir = self.p["state_dir"]
         self.nft = module.get_bin_path("nft", required=True)
         self.unit = "hybridgpu-nft-rollback-%s" % self.table
+        self.boot_unit = "hybridgpu-nft-%s.service" % self.table
+        self.boot_unit_path = os.path.join(self.p["unit_dir"], self.boot_unit)
 
     def path(self, suffix):
         return os.path.join(self.dir, "%s.%s" % (self.table, suffix))
@@ -178,6 +219,44 @@ class Firewall(object):
         self.run(["systemctl", "stop", self.unit + ".timer"], check=False)
         self.run(["systemctl", "reset-failed", self.unit + ".timer", self.unit + ".service"], check=False)
 
+    def boot_unit_text(self):
+        return BOOT_UNIT % {"table": self.table, "nft": self.nft, "path": self.path("boot.nft")}
+
+    def _read_path(self, path):
+        try:
+            with open(path) as fh:
+                return fh.read()
+        except (IOError, OSError):
+            return None
+
+    def boot_current(self, text):
+        """Whether the boot copy holds ``text`` and the boot unit is written and enabled."""
+        if self.read("boot.nft") != text or self._read_path(self.boot_unit_path) != self.boot_unit_text():
+            return False
+        rc, dummy, dummy = self.run(["systemctl", "is-enabled", "--quiet", self.boot_unit], check=False)
+        return rc == 0
+
+    def persist(self, text):
+        """Write the boot copy and the boot unit, and enable it. Returns whether anything changed."""
+        if self.boot_current(text):
+            return False
+        self.write("boot.nft", text)
+        if self._read_path(self.boot_unit_path) != self.boot_unit_text():
+            files.write(self.boot_unit_path, self.boot_unit_text(), mode=0o644)
+            self.run(["systemctl", "daemon-reload"])
+        self.run(["systemctl", "enable", self.boot_unit])
+        return True
+
+    def unpersist(self, check_mode):
+        """Disable and remove the boot unit and the boot copy. Returns whether any existed."""
+        present = [p for p in (self.boot_unit_path, self.path("boot.nft")) if os.path.exists(p)]
+        if present and not check_mode:
+            self.run(["systemctl", "disable", self.boot_unit], check=False)
+            for path in present:
+                os.unlink(path)
+            self.run(["systemctl", "daemon-reload"])
+        return bool(present)
+
     def present(self):
         try:
             keys = ("table", "management_sources", "ssh_port", "inbound", "egress", "control_address")
@@ -191,8 +270,11 @@ class Firewall(object):
         live_canon = nft.canonical_listing(live) if live is not None else None
         changed = (live is None or live_canon != self.read("applied")
                    or nft.digest(text) != (self.read("digest") or "").strip())
-        result = dict(changed=changed, ruleset=text, pending_confirm=self.timer_active(),
-                      rollback_unit=self.unit)
+        pending = self.timer_active()
+        # A table already in place and not waiting for confirmation is proven: it must load at boot.
+        boot_stale = self.p["boot"] and not changed and not pending and not self.boot_current(text)
+        result = dict(changed=changed or boot_stale, ruleset=text, pending_confirm=pending,
+                      rollback_unit=self.unit, boot_unit=self.boot_unit)
         if changed and self.module._diff:
             result["diff"] = dict(before=live_canon or "", after=text,
                                   before_header="nft list table inet %s" % self.table,
@@ -200,6 +282,8 @@ class Firewall(object):
         if not changed or self.module.check_mode:
             if live is not None and not self.module.check_mode:
                 result["listing"] = live_canon
+            if boot_stale and not self.module.check_mode:
+                self.persist(text)
             return result
         rollback = "table inet %s {}\ndelete table inet %s\n" % (self.table, self.table)
         if live is not None:
@@ -216,6 +300,8 @@ class Firewall(object):
                       "--description", "hybridgpu.fleet: restore nft table %s unless confirmed" % self.table,
                       self.nft, "-f", self.path("rollback.nft")])
             result["pending_confirm"] = True
+        elif self.p["boot"]:
+            self.persist(text)
         result["listing"] = listing
         if self.module._diff:
             result["diff"]["after"] = listing
@@ -225,22 +311,27 @@ class Firewall(object):
         active = self.timer_active()
         if active and not self.module.check_mode:
             self.cancel_timer()
-        return dict(changed=active, pending_confirm=False, rollback_unit=self.unit)
+            # The ruleset proved the management path: from now on it loads at boot.
+            applied = self.read("nft")
+            if self.p["boot"] and applied is not None:
+                self.persist(applied)
+        return dict(changed=active, pending_confirm=False, rollback_unit=self.unit, boot_unit=self.boot_unit)
 
     def absent(self):
         live = self.live()
-        files = [self.path(s) for s in ("nft", "applied", "digest", "rollback.nft") if os.path.exists(self.path(s))]
+        state_files = [self.path(s) for s in ("nft", "applied", "digest", "rollback.nft") if os.path.exists(self.path(s))]
         active = self.timer_active()
-        changed = live is not None or bool(files) or active
-        result = dict(changed=changed, pending_confirm=False, rollback_unit=self.unit)
+        booted = self.unpersist(self.module.check_mode)
+        changed = live is not None or bool(state_files) or active or booted
+        result = dict(changed=changed, pending_confirm=False, rollback_unit=self.unit, boot_unit=self.boot_unit)
         if changed and self.module._diff:
             result["diff"] = dict(before=nft.canonical_listing(live) if live else "", after="")
         if changed and not self.module.check_mode:
             self.cancel_timer()
             if live is not None:
                 self.run([self.nft, "delete", "table", "inet", self.table])
-            for f in files:
-                os.unlink(f)
+            for path in state_files:
+                os.unlink(path)
         return result
 
 
@@ -256,6 +347,8 @@ def main():
             egress=dict(type="dict", default={}),
             confirm_timeout=dict(type="int", default=0),
             state_dir=dict(type="path", default="/var/lib/hybridgpu/nftables"),
+            boot=dict(type="bool", default=True),
+            unit_dir=dict(type="path", default="/etc/systemd/system"),
         ),
         required_if=[("state", "present", ["management_sources"])],
         supports_check_mode=True,

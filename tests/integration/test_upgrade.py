@@ -1,9 +1,11 @@
 """Driver-upgrade rehearsal of owned-a100-2 against the lab: refused change records
 stop before any change; a signed record moves the node from the 535 to the 550 lab driver
-through a real apt transaction with holds, validation passes afterwards, a Job sleeping on
-owned-a100-1 keeps running, and the record says how long the node was out. A tampered line
-of the audit log that run wrote is caught by bin/hgpu-audit-verify. The node is put back on
-535 (held), Ready and uncordoned at the end."""
+through a real apt transaction with holds. A process left holding /dev/nvidia0 keeps the old
+module loaded, so the node reboots (its container restarts with every unit in it; the host
+firewall comes back from its boot unit), and the six validation steps pass afterwards. A Job
+sleeping on owned-a100-1 keeps running, and the record says how long the node was out and why
+it rebooted. A tampered line of the audit log that run wrote is caught by bin/hgpu-audit-verify.
+The node is put back on 535 (held), Ready and uncordoned at the end."""
 import datetime
 import json
 import os
@@ -23,6 +25,10 @@ NS = "hgpu-upgrade-test"
 JOB = "long-sleep"
 MATRIX = {"a100-535": {"gpu_model": "NVIDIA A100-SXM4-80GB", "gpu_count": 8, "gpu_memory_mib": 81920}}
 PIN_535 = "nvidia-driver-535=535.230.02-1 nvidia-fabricmanager-535=535.230.02-1"
+BASELINES = {"ng_a100_535": {"low": 170.0, "high": 220.0},
+             "ng_a100_535-multinode": {"low": 170.0, "high": 225.0}}
+HOLDER = "hgpu-test-gpu-holder"
+BOOT_TIME = "cut -d' ' -f22 /proc/1/stat"
 
 
 def driver(name=NODE):
@@ -30,14 +36,15 @@ def driver(name=NODE):
 
 
 def put_back_535():
-    """Unhold, install the branch's first 535 release, hold it again, restart the agent so the
-    Node's driver label follows (the lab's stand-in for a reboot)."""
+    """Unhold, install the branch's first 535 release, hold it again, load its module and
+    restart the kubelet so the Node's driver label follows."""
     if driver().startswith("535.") and "nvidia-driver-535" in ssh(NODE, "apt-mark showhold").stdout:
         return
     ssh(NODE, "apt-mark unhold 'nvidia-driver-*' >/dev/null; "
               "DEBIAN_FRONTEND=noninteractive apt-get install -y -q --allow-downgrades %s >/dev/null && "
               "apt-mark hold nvidia-driver-535 && "
-              "(systemctl is-enabled -q hybridgpu-node-agent && systemctl restart hybridgpu-node-agent || true)"
+              "modprobe -r nvidia_drm nvidia_modeset nvidia_uvm nvidia && modprobe nvidia && "
+              "(systemctl try-restart kubelet hybridgpu-node-agent || true)"
         % PIN_535, timeout=180)
     assert driver().startswith("535."), driver()
 
@@ -111,10 +118,12 @@ def setup(lab_lock, tmp_path_factory):
 
 
 def upgrade(setup, record):
+    # Step 5 reads the lab's Prometheus; step 3 compares with the declared baselines.
     ev = {"upgrade_target": NODE, "upgrade_executor": "ops-oncall",
           "upgrade_boundary": setup["appr"]["boundary"], "change_record_path": record,
           "upgrade_records_dir": setup["rec"], "upgrade_validate_matrix": MATRIX,
-          "upgrade_preflight_record": os.path.join(setup["rec"], "wave1", "preflight.json")}
+          "upgrade_preflight_record": os.path.join(setup["rec"], "wave1", "preflight.json"),
+          "validate_prometheus_url": "http://127.0.0.1:9090", "validate_nccl_baselines": BASELINES}
     return playbook("upgrade_rehearsal.yml", extra=ev, tmp_path=setup["tmp"])
 
 
@@ -148,8 +157,18 @@ def test_rehearsal_moves_535_to_550(setup):
                            change_id="CHG-UP-LAB", action="driver_upgrade", targets=[NODE],
                            requester="ops-oncall")
     jobs_before = job_state()
+    # A process that did not leave with the drain keeps /dev/nvidia0 open: the old module
+    # cannot be unloaded, so only a reboot loads the new one.
+    ssh(NODE, "systemd-run --unit %s sh -c 'exec sleep infinity < /dev/nvidia0'" % HOLDER)
+    booted = ssh(NODE, BOOT_TIME).stdout.strip()
     res = upgrade(setup, record)
     assert res.returncode == 0, res.out[-6000:]
+
+    # the node rebooted: PID 1 started again, the holder is gone, the firewall came back at boot
+    assert ssh(NODE, BOOT_TIME).stdout.strip() != booted, "the node did not reboot"
+    assert ssh(NODE, "systemctl is-active %s" % HOLDER, check=False).stdout.strip() != "active"
+    assert ssh(NODE, "systemctl is-active hybridgpu-nft-hybridgpu.service").stdout.strip() == "active"
+    assert "policy drop" in ssh(NODE, "nft list table inet hybridgpu").stdout
 
     # the node: 550 installed and held, nvidia-smi answers 550, back in service with the label
     assert driver().startswith("550."), driver()
@@ -178,7 +197,12 @@ def test_rehearsal_moves_535_to_550(setup):
     assert 0 < float(rec["out_of_service_s"]) < 600
     assert rec["left_service_at"] <= rec["reentered_service_at"]
     assert rec["validation"]["passed"] is True, rec["validation"]
-    assert {s["step"] for s in rec["validation"]["steps"]} == {"inventory", "reference_job", "placement"}
+    six = {"inventory", "reference_job", "collectives", "placement", "telemetry", "link_interruption"}
+    assert {s["step"] for s in rec["validation"]["steps"]} == six
+    act = rec["module_activation"]
+    assert act["how"] == "reboot", act
+    assert [h["unit"] for h in act["holders"]] == [HOLDER + ".service"] and "/dev/nvidia0" in act["holders"][0]["files"]
+    assert "in use by pid" in act["reason"] and "version mismatch" in act["reason"], act
     assert rec["other_nodes_affected"] is False, rec["other_workloads"]
     assert rec["node_state_after"] == "in service"
 

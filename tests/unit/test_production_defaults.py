@@ -76,13 +76,15 @@ def _resolved(inventory_file, host, names):
 def test_the_lab_inventory_sets_the_lab_values(lab_inventory):
     got = _resolved(lab_inventory, "owned-a100-2",
                     ["hgpu_kubeconfig", "validate_link_api_address", "validate_link_window", "validate_gpu_spec_path",
-                     "validate_multinode_groups", "driver_upgrade_reboot", "driver_upgrade_restart_units"])
+                     "validate_multinode_groups", "driver_upgrade_restart_units",
+                     "driver_upgrade_boot_time_command"])
     assert got["hgpu_kubeconfig"].endswith("/k8s/kubeconfig") and os.path.isabs(got["hgpu_kubeconfig"])
     assert got["validate_link_api_address"] == "10.213.77.1"
     assert got["validate_link_window"] == 30
     assert got["validate_gpu_spec_path"] == "/etc/hybridgpu-lab/gpu-spec.json"
     assert got["validate_multinode_groups"] == ["ng_a100_535"]
-    assert got["driver_upgrade_reboot"] is False
+    # the lab reboots its nodes as a site does (the role's default): only how a reboot shows differs
+    assert got["driver_upgrade_boot_time_command"] == "cut -d' ' -f22 /proc/1/stat"
     assert got["driver_upgrade_restart_units"] == ["kubelet.service", "hybridgpu-node-agent.service", "hybridgpu-gpu-exporter.service"]
     with open(os.path.join(ROOT, "inventories", "lab", "preflight", "settings.yml")) as fh:
         assert yaml.safe_load(fh)["preflight_fail_on_findings"] is False

@@ -175,6 +175,9 @@ def write_image_digests(node):
                             json.dumps(config.LAB_IMAGES, indent=2, sort_keys=True) + "\n")
 
 
+RESTART_POLICY = "always"
+
+
 def create_node(node, image):
     name = node["name"]
     spec_dir = config.path("nodes", name)
@@ -184,6 +187,9 @@ def create_node(node, image):
          "--network", config.NETWORK, "--ip", node["ip"],
          "--systemd=always", "--cap-add", "NET_ADMIN", "--cap-add", "NET_RAW",
          "--cap-add", "AUDIT_WRITE",
+         # A reboot inside the node (systemctl reboot, shutdown -r) ends the container; podman
+         # starts it again, so the node's units really restart, as after a real reboot.
+         "--restart", RESTART_POLICY,
          "--label", "%s=%s" % (config.NODE_LABEL_KEY, name),
          # The other nodes by name (a site's DNS), e.g. for an MPI hostfile naming a peer.
          *[arg for n in config.NODES if n["name"] != name for arg in ("--add-host", "%s:%s" % (n["name"], n["ip"]))],
@@ -209,6 +215,12 @@ def ensure_node(node, image):
         raise LabError("a container named %s exists but was not made by the lab; remove it" % name)
     if info is not None and info.get("ImageName") != image:
         log("%s runs %s, the lab image is now %s: recreating" % (name, info.get("ImageName"), image))
+        run(["podman", "rm", "-f", "-t", "5", name])
+        info = None
+    policy = ((info or {}).get("HostConfig") or {}).get("RestartPolicy") or {}
+    if info is not None and policy.get("Name") != RESTART_POLICY:
+        log("%s was made without restart policy %s (a reboot inside it would stop it): recreating"
+            % (name, RESTART_POLICY))
         run(["podman", "rm", "-f", "-t", "5", name])
         info = None
     if info is None:

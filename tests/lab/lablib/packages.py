@@ -3,6 +3,7 @@ pre-onboarding package state of each node (driver branch + nccl-tests; agent on 
 import os
 
 from . import config
+from .nodes import wait_booted
 from .util import LabError, log, run
 
 PKG_SRC = os.path.join(config.LAB_SRC, "packages")
@@ -44,6 +45,9 @@ def os_python():
 # What a GPU node runs pods with (stand-ins in tests/lab/packages): the container toolkit
 # (its install configures containerd's nvidia runtime) and DCGM's dcgmi.
 GPU_STACK = ["nvidia-container-toolkit", "datacenter-gpu-manager"]
+# The modprobe stand-in: the node's NVIDIA module is loaded at boot and by `modprobe nvidia`,
+# so a driver package changed under a loaded module needs a reload or a reboot, as for real.
+KMOD = "hybridgpu-lab-nvidia-kmod"
 
 
 def fabricmanager(row):
@@ -52,7 +56,7 @@ def fabricmanager(row):
 
 def wanted(node):
     row = config.ROWS[node["row"]]
-    pkgs = [row["driver"], "nccl-tests", "hybridgpu-lab-mpirun"] + GPU_STACK
+    pkgs = [row["driver"], "nccl-tests", "hybridgpu-lab-mpirun", KMOD] + GPU_STACK
     if "SXM" in row["spec"]["model"] and row["spec"]["count"] >= 8:
         pkgs.append(fabricmanager(row))  # NVSwitch board: fabric manager in lockstep with the driver
     if node["role"] == "cloud":
@@ -102,10 +106,18 @@ def restore_driver(node, drivers):
         script.append("apt-get purge -y -q %s >/dev/null" % " ".join(others))
     if held:
         script.append("apt-mark hold %s >/dev/null" % row["driver"])
+    # The new module in place of the loaded one (when the modprobe stand-in is installed and
+    # nothing holds the devices), then the units that use it.
+    script.append("if command -v modprobe >/dev/null; then modprobe -r nvidia_uvm nvidia_drm nvidia_modeset nvidia "
+                  "2>/dev/null && modprobe nvidia || true; fi")
     script.append("for u in nvidia-fabricmanager kubelet hybridgpu-node-agent; do "
                   "systemctl try-restart $u.service 2>/dev/null || true; done")
     run(["podman", "exec", node["name"], "env", "DEBIAN_FRONTEND=noninteractive", "sh", "-ec",
          " && ".join(script)], timeout=600)
+    if run(["podman", "exec", node["name"], "nvidia-smi", "-L"], check=False).returncode != 0:
+        # Something holds the old module: a reboot loads the new one.
+        run(["podman", "restart", "-t", "10", node["name"]], timeout=120)
+        wait_booted(node)
     was = ", ".join("%s %s%s" % (p, v, " (held)" if h else "") for p, (v, h) in sorted(drivers.items()))
     return "%s: driver was %s, declared %s %s: put back" % (node["name"], was, row["driver"], row["driver_version"])
 

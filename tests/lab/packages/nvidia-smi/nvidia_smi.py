@@ -16,10 +16,14 @@ from xml.sax.saxutils import escape
 
 SPEC_PATH = "/etc/hybridgpu-lab/gpu-spec.json"
 DRIVER_PATH = "/usr/lib/hybridgpu-lab/driver.json"
+# Present when the node's modprobe stand-in is installed (hybridgpu-lab-nvidia-kmod): it names
+# the loaded module's state, which nvidia-smi then reports instead of the installed driver.
+KMOD_PATH = "/usr/lib/hybridgpu-lab/kmod.json"
 
 NO_DRIVER = ("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. "
              "Make sure that the latest NVIDIA driver is installed and running.\n")
 NO_DEVICES = "No devices were found\n"
+MISMATCH = "Failed to initialize NVML: Driver/library version mismatch\nNVML library version: %s\n"
 BAD_ARGS = "Invalid combination of input arguments. Please run 'nvidia-smi -h' for help.\n"
 
 # Per-model facts a real board reports; the spec may override some of them.
@@ -78,6 +82,19 @@ def load_state(env=None):
         driver = load_json(env.get("HGPU_DRIVER_JSON", DRIVER_PATH))
     except (OSError, ValueError):
         raise SmiError(NO_DRIVER, 9)
+    try:
+        kmod = load_json(env.get("HGPU_KMOD_JSON", KMOD_PATH))
+    except (OSError, ValueError):
+        kmod = None
+    if kmod:
+        # NVML talks to the loaded module: none loaded, or one of another version than the
+        # installed library (a package changed without a reload or reboot), fails as for real.
+        try:
+            loaded = load_json(kmod["loaded_state"])
+        except (OSError, ValueError):
+            raise SmiError(NO_DRIVER, 9)
+        if loaded.get("version") != driver.get("version"):
+            raise SmiError(MISMATCH % ".".join(str(driver.get("version", "")).split(".")[:2]), 18)
     try:
         spec = load_json(env.get("HGPU_GPU_SPEC", SPEC_PATH))
     except (OSError, ValueError):
