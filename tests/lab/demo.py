@@ -186,7 +186,8 @@ def main():
     upgrade = signed_record("upgrade.yml", "driver_upgrade", args.spare, "ops-oncall", "ops-lead")
     results["upgrade rehearsal"] = playbook(
         "upgrade", "upgrade_rehearsal.yml", "upgrade_target=%s" % args.spare, "upgrade_executor=ops-oncall",
-        "upgrade_boundary=%s" % boundary, "change_record_path=%s" % upgrade)
+        "upgrade_boundary=%s" % boundary, "change_record_path=%s" % upgrade,
+        "validate_prometheus_url=http://127.0.0.1:9090")
 
     removal = signed_record("remove.yml", "remove", args.spare, "ops-lead", "sec-owner")
     results["removal rehearsal"] = playbook(
