@@ -24,7 +24,7 @@ options:
     description: Which step to judge.
     type: str
     required: true
-    choices: [inventory, reference_job, collectives, placement, telemetry, link_interruption, baseline]
+    choices: [inventory, reference_job, collectives, placement, telemetry, link_interruption, baseline, health]
   node:
     description: Node the verdict is about (for messages and records).
     type: str
@@ -56,6 +56,9 @@ options:
       - C(link_interruption) - C(timeline), C(window_s), C(max_rejoin_s); C(grace_period_s) and
         C(grace_source) (the node grace period the window was sized from) are copied into the verdict.
       - C(baseline) - C(outputs) (list of all_reduce_perf stdout), C(margin).
+      - C(health) - C(dcgm_diag) (C({rc, stdout, msg}) of C(dcgmi diag) on the node): the gate before a node
+        returns to service. A failed test or an error fails it; C(dcgmi) not installed (exit status 127)
+        passes as not run.
     type: dict
     required: true
   exporter_text:
@@ -177,6 +180,10 @@ def judge(step, node, ev, exporter_text=None):
                                                   float(ev.get("margin", 0.10)))
         base.update(step="baseline", passed=True, reasons=[])
         return base
+    if step == "health":
+        run = ev["dcgm_diag"]
+        diag = gpu_health.diag_verdict(node, run.get("stdout"), run.get("rc"), run.get("msg") if run.get("rc") else None)
+        return {"step": "health", "passed": not diag["reasons"], "reasons": list(diag["reasons"]), "dcgm_diag": diag}
     raise validation.ValidationError("unknown step %r" % step)
 
 
@@ -195,7 +202,7 @@ def _with_stack(verdict, node, ev):
 
 def main():
     module = AnsibleModule(argument_spec=dict(
-        step=dict(type="str", required=True, choices=list(validation.STEPS) + ["baseline"]),
+        step=dict(type="str", required=True, choices=list(validation.STEPS) + ["baseline", "health"]),
         node=dict(type="str"),
         evidence=dict(type="dict", required=True),
         exporter_text=dict(type="str"),

@@ -214,7 +214,7 @@ def test_rehearsal_moves_535_to_550(setup):
     text = open(log).read()
     lines = text.splitlines()
     actions = [json.loads(x)["action"] for x in lines]
-    for action in ("approval", "cordon", "drain", "driver_upgrade", "uncordon", "validate"):
+    for action in ("approval", "cordon", "drain", "driver_upgrade", "reboot", "uncordon", "validate"):
         assert action in actions, actions
     n = actions.index("driver_upgrade")
     entry = json.loads(lines[n])

@@ -246,3 +246,18 @@ def test_lab_agent_labels_match_the_row():
                                                      "expected_labels": {"nvidia.com/gpu.count": "8"}})
     assert out["passed"], out["reasons"]
     assert out["gpu_labels"]["state"] == "labelled" and out["gpu_labels"]["product"] == "NVIDIA-A100-SXM4-80GB"
+
+
+def test_health_gate_judges_the_real_diag_outputs():
+    """The gate before a node returns to service: a real all-pass run passes, a real failed
+    memory test fails naming the node and the test, no dcgmi passes as not run."""
+    ok = validation_check.judge("health", NODE, {"dcgm_diag": {
+        "rc": 0, "stdout": real("dcgmi-diag", "r2_p4de-a100-80gb-x8_dcgm3.3.3_drv535_all-pass.txt"), "msg": ""}})
+    assert ok["passed"] and ok["dcgm_diag"]["state"] == "pass", ok
+    bad = validation_check.judge("health", NODE, {"dcgm_diag": {
+        "rc": 226, "stdout": real("dcgmi-diag", "r2_gpu-memory-fail-gpu0_thermal-violation-warning_excerpt.txt"),
+        "msg": ""}})
+    assert not bad["passed"] and bad["reasons"][0].startswith("DCGM diagnostic on node %s failed: " % NODE), bad
+    assert "memory" in bad["reasons"][0].lower()
+    absent = validation_check.judge("health", NODE, {"dcgm_diag": {"rc": 127, "stdout": "", "msg": "dcgmi not installed"}})
+    assert absent["passed"] and absent["dcgm_diag"]["state"] == "not run"
