@@ -56,7 +56,7 @@ options:
       - C(link_interruption) - C(timeline), C(window_s), C(max_rejoin_s); C(grace_period_s) and
         C(grace_source) (the node grace period the window was sized from) are copied into the verdict.
       - C(baseline) - C(outputs) (list of all_reduce_perf stdout), C(margin).
-      - C(health) - C(dcgm_diag) (C({rc, stdout, msg}) of C(dcgmi diag) on the node): the gate before a node
+      - C(health) - C(dcgm_diag) (C({rc, stdout, msg}) of C(dcgmi diag) on the node), the gate before a node
         returns to service. A failed test or an error fails it; C(dcgmi) not installed (exit status 127)
         passes as not run.
     type: dict
