@@ -63,7 +63,7 @@ conformance: venv
 	$(BIN)/pytest tests/conformance -q -rs
 
 integration: lab-up
-	$(BIN)/pytest tests/integration -q -m lab
+	$(BIN)/pytest tests/integration -q -m lab --durations=25
 
 # Every role's scenario, on the lab's node image (tagged :latest by the lab), two at a time.
 molecule: lab-up
