@@ -170,9 +170,11 @@ def test_interrupted_removal_reports_and_finishes(setup):
     assert [e["details"]["join_method"] for e in events if e["action"] == "revoke_credential"] == ["kubeadm"]
     assert residual and residual[0]["serial"] == serial, residual
     assert residual[0]["not_after"] == join["facts"]["client_certificate"]["not_after"]
-    gone = ssh(NODE, "ls /etc/kubernetes/kubelet.conf /etc/kubernetes/pki /var/lib/kubelet 2>&1; "
+    # the join's files and packages, and the unit that loaded the host firewall at boot
+    gone = ssh(NODE, "ls /etc/kubernetes/kubelet.conf /etc/kubernetes/pki /var/lib/kubelet "
+                     "/etc/systemd/system/hybridgpu-nft-hybridgpu.service 2>&1; "
                      "dpkg-query -W -f='${db:Status-Abbrev}\\n' kubeadm kubelet 2>&1", check=False).stdout
-    assert gone.count("No such file") == 3 and "ii" not in gone, gone
+    assert gone.count("No such file") == 4 and "ii" not in gone, gone
     refused = key_ssh(setup["key"])
     assert refused.returncode != 0 and "Permission denied" in refused.stderr
     out = ssh(NODE, "nft list tables; systemctl is-active kubelet hybridgpu-gpu-exporter; "

@@ -40,12 +40,12 @@ def put_back_535():
     restart the kubelet so the Node's driver label follows."""
     if driver().startswith("535.") and "nvidia-driver-535" in ssh(NODE, "apt-mark showhold").stdout:
         return
-    ssh(NODE, "apt-mark unhold 'nvidia-driver-*' >/dev/null; "
+    ssh(NODE, "systemctl stop %s 2>/dev/null; apt-mark unhold 'nvidia-driver-*' >/dev/null; "
               "DEBIAN_FRONTEND=noninteractive apt-get install -y -q --allow-downgrades %s >/dev/null && "
               "apt-mark hold nvidia-driver-535 && "
               "modprobe -r nvidia_drm nvidia_modeset nvidia_uvm nvidia && modprobe nvidia && "
               "(systemctl try-restart kubelet hybridgpu-node-agent || true)"
-        % PIN_535, timeout=180)
+        % (HOLDER, PIN_535), timeout=180)
     assert driver().startswith("535."), driver()
 
 
@@ -159,7 +159,8 @@ def test_rehearsal_moves_535_to_550(setup):
     jobs_before = job_state()
     # A process that did not leave with the drain keeps /dev/nvidia0 open: the old module
     # cannot be unloaded, so only a reboot loads the new one.
-    ssh(NODE, "systemd-run --unit %s sh -c 'exec sleep infinity < /dev/nvidia0'" % HOLDER)
+    ssh(NODE, "systemctl stop %s 2>/dev/null; systemd-run --unit %s sh -c 'exec sleep infinity < /dev/nvidia0'"
+        % (HOLDER, HOLDER))
     booted = ssh(NODE, BOOT_TIME).stdout.strip()
     res = upgrade(setup, record)
     assert res.returncode == 0, res.out[-6000:]
