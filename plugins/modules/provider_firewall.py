@@ -72,9 +72,16 @@ options:
     type: int
     default: 22
   state_dir:
-    description: (nft) Where the applied rules and listing are kept on the node.
+    description: (nft) Where the applied rules, listing and boot copy are kept on the node.
     type: path
     default: /var/lib/hybridgpu/provider-firewall
+  boot:
+    description:
+      - (nft) Load the table again at every boot, before the network comes up - a copy of the live table in
+        O(state_dir) and a systemd unit C(hybridgpu-nft-<firewall>.service) that loads it, kept in step on every
+        run and removed with the table.
+    type: bool
+    default: true
   instance_id:
     description: (aws) The EC2 instance; required with O(provider=aws).
     type: str
@@ -185,6 +192,7 @@ SPEC = dict(
     control_address=dict(type="str"),
     ssh_port=dict(type="int", default=22),
     state_dir=dict(type="path", default="/var/lib/hybridgpu/provider-firewall"),
+    boot=dict(type="bool", default=True),
     instance_id=dict(type="str"),
     region=dict(type="str"),
     profile=dict(type="str"),
@@ -208,7 +216,7 @@ def nft_provider(module):
 
     return nftables.NftProvider(run, p["management_sources"], table=p["firewall"] or "hybridgpu_provider",
                                 ssh_port=p["ssh_port"], control_address=p["control_address"],
-                                state_dir=p["state_dir"])
+                                state_dir=p["state_dir"], boot=p["boot"], nft_binary=nft_bin)
 
 
 def aws_provider(module):
@@ -259,6 +267,11 @@ def main():
                          % (p["provider"], p["firewall"] or "default", err))
     found = cloud_firewall.findings(after)
     changed = cloud_firewall.changed(steps)
+    if p["provider"] == "nft":
+        try:
+            changed = fw.ensure_boot(module.check_mode) or changed
+        except (cloud_firewall.ProviderError, cmd.CommandError) as err:
+            module.fail_json(msg="Provider firewall (nft, firewall %s): the boot copy: %s" % (p["firewall"] or "default", err))
     result = dict(changed=changed, rules=after["rules"], firewall=after["firewall"], drift=after["drift"],
                   plan=steps, findings=found, all_open_before=bool(cloud_firewall.findings(before)),
                   all_open=bool(found))

@@ -126,3 +126,58 @@ def test_removal_that_keeps_hand_made_lines_needs_the_management_sources(harness
     with pytest.raises(cf.ProviderError, match="remove_drift=true"):
         bare.execute(cf.removal_plan(bare.read()))
     assert harness.provider().read()["rules"] == cf.normalize_rules(RULES)
+
+
+class BootNode(FakeNft):
+    """FakeNft plus systemctl: enabled units and the calls made."""
+
+    def __init__(self):
+        super().__init__()
+        self.enabled = set()
+
+    def __call__(self, args, data=None):
+        if args[0] != "systemctl":
+            return super().__call__(args, data)
+        self.calls.append(list(args))
+        if args[1] == "is-enabled":
+            return (0 if args[-1] in self.enabled else 1), "", ""
+        if args[1] == "enable":
+            self.enabled.add(args[2])
+        elif args[1] == "disable":
+            self.enabled.discard(args[2])
+        return 0, "", ""
+
+
+def test_the_table_loads_at_boot_and_stays_in_step(tmp_path):
+    node = BootNode()
+    units = tmp_path / "units"
+    units.mkdir()
+    fw = nftables.NftProvider(node, ["10.213.77.1/32"], table=TABLE, state_dir=str(tmp_path / "state"), boot=True,
+                              unit_dir=str(units), nft_binary="/usr/sbin/nft")
+    converge(fw, RULES)
+    unit, copy = units / ("hybridgpu-nft-%s.service" % TABLE), tmp_path / "state" / (TABLE + ".boot.nft")
+
+    assert fw.ensure_boot(check_mode=True) and not unit.exists() and not copy.exists()
+    assert fw.ensure_boot()
+    assert "ExecStart=/usr/sbin/nft -f %s" % copy in unit.read_text()
+    assert copy.read_text() == "table inet %s {}\ndelete table inet %s\n%s" % (TABLE, TABLE, node.tables[TABLE])
+    assert node.enabled == {unit.name} and ["systemctl", "daemon-reload"] in node.calls
+    # counters moving is no change; a rule added is
+    node.tables[TABLE] = node.tables[TABLE].replace("counter", "counter packets 7 bytes 420", 1)
+    assert not fw.ensure_boot()
+    converge(fw, RULES[:1])
+    assert fw.ensure_boot() and node.tables[TABLE] in copy.read_text()
+    # a unit someone disabled is enabled again
+    node.enabled.clear()
+    assert fw.ensure_boot() and node.enabled == {unit.name}
+    # no table: nothing loads at boot
+    del node.tables[TABLE]
+    assert fw.ensure_boot() and not unit.exists() and not copy.exists() and not node.enabled
+    assert not fw.ensure_boot()
+
+
+def test_boot_off_touches_nothing(tmp_path):
+    node = BootNode()
+    fw = nftables.NftProvider(node, ["10.213.77.1/32"], table=TABLE, state_dir=str(tmp_path), unit_dir=str(tmp_path))
+    converge(fw, RULES)
+    assert not fw.ensure_boot() and not any(c[0] == "systemctl" for c in node.calls)

@@ -25,6 +25,34 @@ from ansible_collections.hybridgpu.fleet.plugins.module_utils.onboard import clo
 _RULE_RE = re.compile(r'^(ip6?) saddr (\{ [^}]+ \}|\S+) (tcp|udp) dport (\{ [^}]+ \}|\S+) accept'
                       r'(?: comment "([^"]*)")?$')
 _CLOSE = '    counter comment "inbound-dropped"'
+_COUNTER = re.compile(r"counter packets [0-9]+ bytes [0-9]+")
+# Loads the boot copy of the table before the network comes up. The copy starts by deleting
+# the table, so loading it again replaces whatever is there.
+BOOT_UNIT = """[Unit]
+Description=hybridgpu.fleet: load the provider firewall nft table inet %(table)s at boot
+DefaultDependencies=no
+Wants=network-pre.target
+Before=network-pre.target shutdown.target
+Conflicts=shutdown.target
+After=local-fs.target
+ConditionPathExists=%(path)s
+
+[Service]
+Type=oneshot
+RemainAfterExit=yes
+ExecStart=%(nft)s -f %(path)s
+
+[Install]
+WantedBy=sysinit.target
+"""
+
+
+def _read_path(path):
+    try:
+        with open(path) as fh:
+            return fh.read()
+    except (IOError, OSError):
+        return None
 
 
 def _items(text):
@@ -47,8 +75,12 @@ class NftProvider(base.ProviderFirewall):
     name = "nft"
 
     def __init__(self, run, management_sources, table="hybridgpu_provider", ssh_port=22,
-                 control_address=None, state_dir="/var/lib/hybridgpu/provider-firewall"):
+                 control_address=None, state_dir="/var/lib/hybridgpu/provider-firewall", boot=False,
+                 unit_dir="/etc/systemd/system", nft_binary="/usr/sbin/nft"):
         self.run = run
+        self.nft_binary = nft_binary  # absolute: the boot unit runs it
+        self.boot = boot
+        self.unit_dir = unit_dir
         self.table = table
         self.management_sources = list(management_sources or [])
         self.ssh_port = ssh_port
@@ -132,6 +164,43 @@ class NftProvider(base.ProviderFirewall):
         live = self._live() or ""
         self._write("rules.json", json.dumps({"rules": rules, "attached": after["attached"]}, sort_keys=True))
         self._write("applied", "".join(line + "\n" for line in live.splitlines() if line not in kept))
+
+    def _systemctl(self, *args):
+        rc, out, err = self.run(["systemctl"] + list(args))
+        if rc != 0:
+            raise base.ProviderError("systemctl %s failed: %s" % (" ".join(args), (err or out).strip()))
+
+    def ensure_boot(self, check_mode=False):
+        """With ``boot``: keep the live table loading at boot (a copy of it and an enabled unit that
+        loads it), or neither when there is no table. Returns whether anything (would have) changed."""
+        if not self.boot:
+            return False
+        unit = "hybridgpu-nft-%s.service" % self.table
+        unit_path = os.path.join(self.unit_dir, unit)
+        copy = self._file("boot.nft")
+        rc, out, dummy = self.run(["nft", "list", "table", "inet", self.table])
+        if rc != 0:
+            present = [path for path in (unit_path, copy) if os.path.exists(path)]
+            if present and not check_mode:
+                self.run(["systemctl", "disable", unit])
+                for path in present:
+                    os.unlink(path)
+                self._systemctl("daemon-reload")
+            return bool(present)
+        text = "table inet %s {}\ndelete table inet %s\n%s" % (self.table, self.table, out)
+        unit_text = BOOT_UNIT % {"table": self.table, "path": copy, "nft": self.nft_binary}
+        current_unit = _read_path(unit_path)
+        enabled = current_unit is not None and self.run(["systemctl", "is-enabled", "--quiet", unit])[0] == 0
+        if _COUNTER.sub("counter", self._read("boot.nft") or "") == _COUNTER.sub("counter", text) \
+                and current_unit == unit_text and enabled:
+            return False
+        if not check_mode:
+            self._write("boot.nft", text)
+            if current_unit != unit_text:
+                files.write(unit_path, unit_text, mode=0o644)
+                self._systemctl("daemon-reload")
+            self._systemctl("enable", unit)
+        return True
 
     def _delete(self, state):
         if state["firewall"] is not None:
