@@ -67,6 +67,24 @@ class LaunchError(Exception):
         self.errors = errors
 
 
+def accept_launch(obj, extra_vars, limit):
+    """The prompts of a launch accepted by AWX's rules for ``obj`` (a job template or a
+    workflow); raises LaunchError naming each refused one."""
+    prompts = {}
+    if extra_vars is not None:
+        prompts["extra_vars"] = extra_vars
+    if limit is not None:
+        prompts["limit"] = limit
+    accepted, errors = accept_prompts(obj, prompts)
+    if "extra_vars" not in prompts:
+        # A launch without answers still has to satisfy the survey's required questions.
+        errors.update(accept_variables(obj, {})[2])
+        errors.pop("extra_vars", None)
+    if errors:
+        raise LaunchError(errors)
+    return accepted
+
+
 # --- definitions -------------------------------------------------------------------------
 
 class _Loader(yaml.SafeLoader):
@@ -460,18 +478,7 @@ class Site:
 
     def launch_job(self, name, extra_vars=None, limit=None, launch_type="manual", awx_vars=None):
         template = self.defs.templates[name]
-        prompts = {}
-        if extra_vars is not None:
-            prompts["extra_vars"] = extra_vars
-        if limit is not None:
-            prompts["limit"] = limit
-        accepted, errors = accept_prompts(template, prompts)
-        if "extra_vars" not in prompts:
-            # A launch without answers still has to satisfy the survey's required questions.
-            errors.update(accept_variables(template, {})[2])
-            errors.pop("extra_vars", None)
-        if errors:
-            raise LaunchError(errors)
+        accepted = accept_launch(template, extra_vars, limit)
         user = None if launch_type == "scheduled" else self.user
         return self._run(template, accepted.get("extra_vars", {}), accepted.get("limit", template.get("limit")),
                          launch_type, awx_vars or {}, user)
@@ -571,17 +578,7 @@ class Site:
         """Run a workflow. ``approve(node, workflow_extra_vars)`` answers an approval node:
         True approves, False denies, None lets it time out (both fail the node)."""
         wf = self.defs.workflows[name]
-        prompts = {}
-        if extra_vars is not None:
-            prompts["extra_vars"] = extra_vars
-        if limit is not None:
-            prompts["limit"] = limit
-        accepted, errors = accept_prompts(wf, prompts)
-        if "extra_vars" not in prompts:
-            errors.update(accept_variables(wf, {})[2])
-            errors.pop("extra_vars", None)
-        if errors:
-            raise LaunchError(errors)
+        accepted = accept_launch(wf, extra_vars, limit)
         wf_vars = job_extra_vars(wf, accepted.get("extra_vars", {}))
         wf_limit = accepted.get("limit", wf.get("limit"))
         run = WorkflowRun(wf, wf_vars)
