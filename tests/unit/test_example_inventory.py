@@ -7,6 +7,7 @@ import glob
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 
@@ -161,5 +162,55 @@ def test_preflight_and_overflow_inputs_load():
     classes = jobclass.load(os.path.join(EXAMPLE, "overflow", "job_classes.yml"))
     assert classes
     gv = _load(os.path.join(EXAMPLE, "group_vars", "all.yml"))
-    assert gv["hgpu_overflow_job_classes"] == "{{ inventory_dir }}/overflow/job_classes.yml"
+    assert gv["hgpu_overflow_job_classes"] == "{{ hgpu_site_dir | default(inventory_dir) }}/overflow/job_classes.yml"
     assert set(gv["hgpu_overflow_total_gpus"]) >= {c["gpu_type"] for c in classes.values() if c["data_may_leave_site"]}
+
+
+def _site_paths(inventory, cwd):
+    """The site paths a play sees with this inventory: the example's hgpu_boundary_path and
+    hgpu_overflow_job_classes, and the defaults of roles that read the site folder."""
+    play = os.path.join(cwd, "paths.yml")
+    with open(play, "w", encoding="utf-8") as fh:
+        yaml.safe_dump([{"hosts": "dh1-a100-01", "gather_facts": False, "tasks": [
+            {"ansible.builtin.include_vars": os.path.join(ROOT, "roles", role, "defaults", "main.yml")}
+            for role in ("onboard", "preflight")] + [
+            {"ansible.builtin.debug": {"msg": "{{ [hgpu_boundary_path, hgpu_overflow_job_classes, onboard_path_table,"
+                                              " onboard_boundary, preflight_inputs_dir] | to_json }}"}}]}], fh)
+    res = subprocess.run([os.path.join(BIN, "ansible-playbook"), "-i", inventory, play], capture_output=True,
+                         text=True, cwd=cwd, check=False,
+                         env=dict(os.environ, ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"),
+                                  ANSIBLE_STDOUT_CALLBACK="json", ANSIBLE_LOAD_CALLBACK_PLUGINS="1"))
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    out = json.loads(res.stdout[res.stdout.index("{"):])
+    return json.loads(out["plays"][0]["tasks"][-1]["hosts"]["dh1-a100-01"]["msg"])
+
+
+def test_site_paths_follow_hgpu_site_dir_in_an_inventory_synced_as_awx_syncs_it(tmp_path):
+    """AWX syncs the inventory source with `ansible-inventory --list --export` and runs the job
+    with that JSON written as a script in the job's own folder, plus the AWX inventory's own
+    variables (awx/controller.yml). The site paths must name the project's checkout, not the
+    job's folder; from the command line they name the inventory's folder."""
+    project = tmp_path / "project" / "inventories" / "example"
+    shutil.copytree(EXAMPLE, project)
+    site = str(project)
+    for path in _site_paths(str(project / "hosts.yml"), str(tmp_path)):
+        assert path.startswith(site + "/"), path
+    res = subprocess.run([os.path.join(BIN, "ansible-inventory"), "-i", str(project / "hosts.yml"), "--list",
+                          "--export"], capture_output=True, text=True, check=True, cwd=str(tmp_path),
+                         env=dict(os.environ, ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg")))
+    synced = json.loads(res.stdout)
+    loader = type("AwxLoader", (yaml.SafeLoader,), {})
+    loader.add_multi_constructor("!", lambda ld, suffix, node: ld.construct_scalar(node))
+    with open(os.path.join(ROOT, "awx", "controller.yml"), encoding="utf-8") as fh:
+        awx_vars = yaml.load(fh, Loader=loader)["awx_inventory"]["variables"]  # nosec: a safe loader
+    assert awx_vars["hgpu_site_dir"] == "/runner/project/inventories/example"
+    synced.setdefault("all", {}).setdefault("vars", {}).update(hgpu_site_dir=site)
+    job = tmp_path / "job" / "inventory"
+    job.mkdir(parents=True)
+    script = job / "hosts"
+    script.write_text("#!/bin/sh\ncat <<'EOF'\n%s\nEOF\n" % json.dumps(synced), encoding="utf-8")
+    script.chmod(0o755)
+    paths = _site_paths(str(script), str(tmp_path))
+    assert [p[len(site):] for p in paths] == [
+        "/preflight/boundary.yml", "/overflow/job_classes.yml", "/preflight/paths.yml",
+        "/preflight/boundary.yml", "/preflight"], paths
