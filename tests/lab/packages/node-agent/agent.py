@@ -48,7 +48,10 @@ DEFAULTS = {
     "node_name": None,                 # default: the hostname
     "kubeconfig": "/etc/hybridgpu/node-agent/kubeconfig",
     "heartbeat_interval": 2.0,         # seconds between Ready heartbeats
-    "lease_interval": 10.0,            # seconds between Lease renewals (kubelet: a quarter of the duration)
+    # seconds between Lease renewals: a quarter of the lab emulator's 20 s node grace, the ratio the
+    # kubelet keeps to the 40 s default (renewing every 10 s), so one slow renewal under load
+    # never leaves the Lease stale for a whole grace period
+    "lease_interval": 5.0,
     "lease_duration": 40,              # leaseDurationSeconds, as the kubelet
     "pod_poll_interval": 2.0,          # seconds between pod list polls
     "kubelet_version": "v1.30.4-hybridgpu",
