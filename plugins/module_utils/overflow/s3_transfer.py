@@ -254,40 +254,129 @@ def put_single(client, bucket, key, path):
     return {"digest": dig, "sent": len(data), "reused": 0, "parts_sent": 1, "parts_reused": 0, "resumed": False}
 
 
-def get_ranges(client, pool, depth, bucket, key, size, part_size, dest, range_size, flip_first=False):
-    """Download an object in ranges through `pool` into `dest`, hashing as the bytes land.
-    part_size > 0: ranges follow the object's parts (for the composite); 0: a single-PUT object.
-    flip_first (a drill fault): the first byte lands flipped, as damage on the way would."""
+class InOrder(object):
+    """Feeds the chunks of ranges that land in any order into one full-file hash, in file order.
+    Each download thread offers its chunks as they arrive; whichever thread finds the next bytes in
+    file order ready hashes them, one thread at a time and outside the lock (hashlib releases the GIL),
+    so the hash follows the stream instead of running after the last byte. Chunks wait here only
+    until the bytes before them are hashed."""
+
+    def __init__(self, dig, size, step):
+        self.dig = dig
+        self.size = size
+        self.step = step
+        self.lock = threading.Lock()
+        self.ready = collections.defaultdict(collections.deque)   # range start: chunks not yet hashed
+        self.start = 0          # the range being hashed
+        self.done = 0           # its bytes hashed so far
+        self.busy = False
+
+    def offer(self, start, chunk):
+        with self.lock:
+            self.ready[start].append(chunk)
+            if self.busy:
+                return      # the thread that is hashing takes it
+            self.busy = True
+        try:
+            self._pump()
+        except BaseException:
+            with self.lock:
+                self.busy = False
+            raise
+
+    def _pump(self):
+        while True:
+            with self.lock:
+                queue = self.ready.get(self.start)
+                if not queue:
+                    self.busy = False
+                    return
+                chunks = list(queue)
+                queue.clear()
+            for chunk in chunks:
+                self.dig.feed(chunk)
+                self.done += len(chunk)
+            if self.done >= min(self.step, self.size - self.start):
+                with self.lock:
+                    self.ready.pop(self.start, None)
+                    self.start += self.step
+                    self.done = 0
+
+    def hashed(self):
+        """Bytes hashed so far (all of them once every range has landed)."""
+        return min(self.size, self.start + self.done)
+
+
+def get_ranges(client, pool, depth, bucket, key, size, part_size, dest, range_size, flip_first=False, chunk=1 << 20):
+    """Download an object in ranges through `pool` into `dest`, hashing as the bytes stream in.
+    Each range is read in chunks by its own thread, written in place with pwrite and offered to the
+    full-file hash (InOrder); part_size > 0: ranges follow the object's parts and each thread also
+    hashes its part (for the composite); 0: a single-PUT object or one checked by its `sha256`.
+    At most `depth` ranges are in flight. flip_first (a drill fault): the first byte lands flipped,
+    as damage on the way would."""
     step = part_size or range_size
-    dig = Digest(part_size, overlap=True)
+    starts = list(range(0, size, step))
+    dig = Digest(part_size)
+    dig.parts = [b""] * len(starts) if part_size else []
+    order = InOrder(dig, size, step)
+    stop = threading.Event()
+    tmp = dest + ".part"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
 
-    def fetch(start, end):
-        body = client.get_object(Bucket=bucket, Key=key, Range="bytes=%d-%d" % (start, end))["Body"]
-        data = body.read()
-        if flip_first and start == 0 and data:
-            data = bytes([data[0] ^ 0xFF]) + data[1:]
-        return data, hashlib.sha256(data).digest() if part_size else None
+    def fetch(index, start):
+        end = min(size, start + step)
+        res = client.get_object(Bucket=bucket, Key=key, Range="bytes=%d-%d" % (start, end - 1))
+        body = res["Body"]
+        try:
+            if res.get("ContentLength", end - start) != end - start:
+                raise IOError("range %d-%d of %s came back with %s bytes" % (start, end - 1, key, res.get("ContentLength")))
+            part = hashlib.sha256() if part_size else None
+            pos = start
+            while pos < end and not stop.is_set():
+                data = body.read(min(chunk, end - pos))
+                if not data:
+                    raise IOError("range %d-%d of %s ended after %d bytes" % (start, end - 1, key, pos - start))
+                if flip_first and pos == 0:
+                    data = bytes([data[0] ^ 0xFF]) + data[1:]
+                _pwrite_all(fd, data, pos)
+                if part is not None:
+                    part.update(data)
+                order.offer(start, data)
+                pos += len(data)
+            if part is not None and pos == end:
+                dig.set_part(index + 1, part.digest())
+        finally:
+            body.close()
 
+    futures = []
     try:
-        pending = collections.deque()
-        tmp = dest + ".part"
-        with open(tmp, "wb") as fh:
-            for start in range(0, size, step):
-                if len(pending) >= depth:
-                    _land(pending.popleft(), dig, fh)
-                pending.append(pool.submit(fetch, start, min(size, start + step) - 1))
-            while pending:
-                _land(pending.popleft(), dig, fh)
+        window = Window(depth)
+        for index, start in enumerate(starts):
+            futures.append(window.submit(pool, fetch, index, start))
+        for fut in futures:
+            fut.result()
+    except BaseException:
+        stop.set()
+        for fut in futures:
+            fut.cancel()
+        for fut in futures:      # no thread may still write to fd when it closes
+            if not fut.cancelled():
+                try:
+                    fut.result()
+                except Exception:  # the first failure is the one raised
+                    pass
+        raise
     finally:
-        dig.close()
+        os.close(fd)
+    if order.hashed() != size:
+        raise IOError("%s: %d of %d bytes hashed" % (key, order.hashed(), size))
     os.replace(tmp, dest)
     return dig
 
 
-def _land(fut, dig, fh):
-    data, digest = fut.result()
-    if dig.part_size:
-        dig.add_part(data, digest)
-    else:
-        dig.feed(data)
-    fh.write(data)
+def _pwrite_all(fd, data, offset):
+    view = memoryview(data)
+    while view:
+        written = os.pwrite(fd, view, offset)
+        view = view[written:]
+        offset += written
