@@ -15,9 +15,10 @@ holds the same checksum and size is not sent (a warm shared dataset, or a copy t
 interruption); a shared dataset whose checksum differs is sent again (refreshed). After the copy the
 store's checksum of each object must equal the one computed while sending; a mismatch deletes the
 object and counts as an interruption.
-Outputs come back to `onprem_root/<job_id>/<attempt_id>/`: each object is downloaded in parallel ranges
-and hashed as it lands; what landed must match the checksum the store holds (and the `sha256` metadata
-when the writer set it). A mismatch fetches the object once more; a second mismatch refuses the
+Outputs come back to `onprem_root/<job_id>/<attempt_id>/`: each object is downloaded in parallel ranges,
+written in place and hashed in file order as the bytes stream in (s3_transfer.RangedGet), the objects one
+after another through the same streams without a pause between them; what landed must match the checksum
+the store holds (and the `sha256` metadata when the writer set it). A mismatch fetches the object once more; a second mismatch refuses the
 return as corrupt and removes what landed, so nothing is committed. The result's checksum is the
 tree digest of the landed files (rsync_stager.tree_digest's format).
 One stream set (a pool of `streams` connections) carries all files of one call. Throughput is

@@ -271,7 +271,7 @@ class Damaging(object):
 
     def get_object(self, **kwargs):
         self.gets.append((kwargs["Key"], kwargs.get("Range")))
-        start = int(kwargs.get("Range", "bytes=0-").split("=")[1].split("-")[0])
+        start = int(kwargs.get("Range", "bytes=0-").split("=", 1)[1].split("-", 1)[0])
         if self.hold is not None and kwargs["Key"] == self.key and start == self.at:
             self.hold.wait(30)
         res = self.client.get_object(**kwargs)
