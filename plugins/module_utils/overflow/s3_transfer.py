@@ -369,6 +369,7 @@ class RangedGet(object):
             raise
         self._close()
         if self.order.hashed() != self.size:
+            self._give_up()
             raise IOError("%s: %d of %d bytes hashed" % (self.key, self.order.hashed(), self.size))
         os.replace(self.tmp, self.dest)
         return self.dig
