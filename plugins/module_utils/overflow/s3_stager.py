@@ -16,11 +16,11 @@ interruption); a shared dataset whose checksum differs is sent again (refreshed)
 store's checksum of each object must equal the one computed while sending; a mismatch deletes the
 object and counts as an interruption.
 Outputs come back to `onprem_root/<job_id>/<attempt_id>/`: each object is downloaded in parallel ranges,
-written in place and hashed in file order as the bytes stream in (s3_transfer.RangedGet), the objects one
-after another through the same streams without a pause between them; what landed must match the checksum
-the store holds (and the `sha256` metadata when the writer set it). A mismatch fetches the object once more; a second mismatch refuses the
-return as corrupt and removes what landed, so nothing is committed. The result's checksum is the
-tree digest of the landed files (rsync_stager.tree_digest's format).
+written in place and hashed in file order as the bytes stream in (s3_fetch.RangedGet), the objects one after
+another through the same streams without a pause between them; what landed must match the checksum the store
+holds (and the `sha256` metadata when the writer set it). A mismatch fetches the object once more; a second
+mismatch refuses the return as corrupt and removes what landed, so nothing is committed. The result's
+checksum is the tree digest of the landed files (rsync_stager.tree_digest's format).
 One stream set (a pool of `streams` connections) carries all files of one call. Throughput is
 sustained: bytes sent / wall time of the whole call, checksums included.
 """
@@ -33,7 +33,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from . import backends
-from . import s3_transfer as xfer
+from . import s3_fetch, s3_transfer as xfer
 from .remote import UnsafeName, check_name
 
 try:
@@ -366,8 +366,7 @@ class S3Stager(backends.Stager):
                 "fetched_again": again, "seconds": round(secs, 4), "throughput_Bps": round(total / secs, 1)}
 
     def _start_one(self, job_id, attempt, dest, prefix, key, size, pool, window):
-        """Checks one listed object and hands its ranges to the stream set; a refusal is kept in
-        "error" and raised when the objects before it are done."""
+        """Check one listed object and hand its ranges to the streams; a refusal waits in "error"."""
         rel = key[len(prefix):]
         target = os.path.normpath(os.path.join(dest, rel))
         item = {"rel": rel, "key": key, "size": size, "target": target, "stored": None, "get": None,
@@ -390,7 +389,7 @@ class S3Stager(backends.Stager):
     def _get(self, key, size, stored, target, flip=False):
         # the writer's full-file SHA-256, when stored, is checked alone: no part digests to compute
         parts = 0 if stored["sha256"] else stored["part_size"]
-        return xfer.RangedGet(self.client, self.bucket, key, size, parts, target, self.part_size, flip_first=flip)
+        return s3_fetch.RangedGet(self.client, self.bucket, key, size, parts, target, self.part_size, flip_first=flip)
 
     @staticmethod
     def _matches(stored, dig):

@@ -18,7 +18,7 @@ moto_server = pytest.importorskip("moto.server")
 from botocore.response import StreamingBody  # noqa: E402
 
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow import backends  # noqa: E402
-from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow import s3_stager, s3_transfer  # noqa: E402
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow import s3_fetch, s3_stager, s3_transfer  # noqa: E402
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow.rsync_stager import tree_digest  # noqa: E402
 
 MIB = 1024 * 1024
@@ -368,7 +368,7 @@ def test_in_order_hash_of_ranges_that_land_in_any_order():
         rnd = random.Random(seed)
         left = dict((start, list(chunks)) for start, chunks in ranges.items())
         dig = s3_transfer.Digest(0)
-        order = s3_transfer.InOrder(dig, size, step)
+        order = s3_fetch.InOrder(dig, size, step)
         while left:
             start = rnd.choice(sorted(left))
             order.offer(start, left[start].pop(0))
@@ -377,7 +377,7 @@ def test_in_order_hash_of_ranges_that_land_in_any_order():
                 del left[start]
         assert order.hashed() == size and dig.hexdigest() == hashlib.sha256(data).hexdigest()
     dig = s3_transfer.Digest(0)
-    order = s3_transfer.InOrder(dig, size, step)
+    order = s3_fetch.InOrder(dig, size, step)
     threads = [threading.Thread(target=lambda s=s: [order.offer(s, c) for c in ranges[s]]) for s in sorted(ranges, reverse=True)]
     for t in threads:
         t.start()
