@@ -27,6 +27,9 @@ def up(args):
     step("boundary signer", nodes.ensure_boundary_signer)
     nodes.write_ssh_config()
     step("network", nodes.ensure_network)
+    # No API guard until onboarding makes one.
+    if nodes.remove_api_guard():
+        log("deleted the API guard table inet " + config.API_GUARD_TABLE)
     repo_changed = False
     if not args.no_packages:
         repo_changed = step("apt repository", packages.ensure_repo)
@@ -82,6 +85,8 @@ def down(args):
     names = nodes.remove_nodes() + slurm.remove() + storage.remove()
     if names:
         log("removed containers: " + " ".join(names))
+    if nodes.remove_api_guard():
+        log("deleted the API guard table inet " + config.API_GUARD_TABLE)
     if nodes.network_exists():
         nodes.remove_network()
         log("removed network " + config.NETWORK)
