@@ -27,9 +27,6 @@ def up(args):
     step("boundary signer", nodes.ensure_boundary_signer)
     nodes.write_ssh_config()
     step("network", nodes.ensure_network)
-    # No API guard until onboarding makes one.
-    if nodes.remove_api_guard():
-        log("deleted the API guard table inet " + config.API_GUARD_TABLE)
     repo_changed = False
     if not args.no_packages:
         repo_changed = step("apt repository", packages.ensure_repo)
@@ -41,6 +38,11 @@ def up(args):
         for n in config.NODES:
             nodes.wait_booted(n)
     step("nodes", start_all)
+    # No API guard until onboarding makes one: owned nodes made afresh are not onboarded, so a
+    # guard left from their predecessors goes. Nodes that kept their disks keep their guard.
+    owned = [n["name"] for n in config.NODES if n["role"] == "owned"]
+    if all(states[name] == "created" for name in owned) and nodes.remove_api_guard():
+        log("deleted the API guard table inet %s (owned nodes made afresh)" % config.API_GUARD_TABLE)
     step("inventory", inventory.write)
     # overflow: the Slurm site scheduler and the cloud storage host
     step("slurm + storage", lambda: (storage.ensure(ref), slurm.ensure(ref)))
