@@ -25,6 +25,8 @@ description:
   - With O(boot=true) the table, members included, is loaded again at every boot by a systemd
     unit C(hybridgpu-nft-<table>.service) from C(<state_dir>/<table>.boot.nft), a copy kept in
     step with every change.
+extends_documentation_fragment:
+  - hybridgpu.fleet.attributes
 options:
   state:
     description:
@@ -76,11 +78,17 @@ options:
     description: Where the boot unit is written.
     type: path
     default: /etc/systemd/system
-notes:
-  - Needs root and C(nft) on the host.
-  - Check mode and diff (the members before and after) are supported.
+attributes:
+  check_mode:
+    support: full
+    details: Reads the table and reports the members that would be added or deleted; nothing is written.
+  diff_mode:
+    support: full
+    details: Before and after are the set's members, one address a line.
+requirements:
+  - nft (nftables) on the host in front of the API; root
 author:
-  - hybridgpu.fleet contributors
+  - hybridgpu.fleet maintainers (@hybridgpu)
 """
 
 EXAMPLES = r"""

@@ -267,4 +267,3 @@ def run(guard, params, check_mode):
     except nft.BootError as err:
         raise GuardError(str(err))
     return result
-

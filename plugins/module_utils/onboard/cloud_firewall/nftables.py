@@ -25,6 +25,8 @@ from ansible_collections.hybridgpu.fleet.plugins.module_utils.onboard import clo
 _RULE_RE = re.compile(r'^(ip6?) saddr (\{ [^}]+ \}|\S+) (tcp|udp) dport (\{ [^}]+ \}|\S+) accept'
                       r'(?: comment "([^"]*)")?$')
 _CLOSE = '    counter comment "inbound-dropped"'
+
+
 def _items(text):
     return [t.strip() for t in text.strip("{} ").split(",")]
 
