@@ -136,7 +136,7 @@ class Guard(object):
         self.run = run
         self.table = table_name(table)
         self.nft = nft_binary
-        self.boot = nft.BootCopy(lambda args: run(args), self.table, nft_binary,
+        self.boot = nft.BootCopy(run, self.table, nft_binary,
                                  os.path.join(state_dir, "%s.boot.nft" % self.table), unit_dir, what="the API guard")
 
     def _nft(self, args, data=None, ok_missing=False):
