@@ -6,13 +6,17 @@ while the host reports its own, one rsync for the job, verification after the co
 same run: one plain `scp` of the same files to another directory on the same host (no checksums).
 It needs the lab's storage host and says so, then skips, when the lab is not up.
 S3 half: S3Stager.stage_inputs of the same files (SHA-256 per object, multipart, one stream set per
-job) and S3Stager.fetch_outputs of them (ranged parallel download, hashed as it lands, checked against
-the sender's sha256 in the object's metadata, or with --manifest 0 against the store's part
-checksums). Baseline in the same run: boto3's own upload_file / download_file of the same files with
-the same part size and concurrency and no checksums. The store is moto in server mode on
-loopback (a separate process), or --endpoint with --bucket (credentials from the environment).
+job) and S3Stager.fetch_outputs of them (ranged parallel download through one stream set for all
+files, each range written in place and the whole-file SHA-256 computed in file order as the bytes
+stream in, checked against the sender's sha256 in the object's metadata, or with --manifest 0
+against the store's part checksums). Baselines in the same run, the same part size and concurrency
+and no checksums: boto3's upload_file / download_file file by file, and one boto3 TransferManager
+given all files at once (its streams also run from one file into the next). The ratio is taken
+against the faster of the two. The store is moto in server mode on loopback (a separate process),
+or --endpoint with --bucket (credentials from the environment).
 Sustained throughput = bytes / wall time of the whole call. Each figure is the median of --repeat runs,
-stager and plain copy alternating. Prints the rates and their ratios; no thresholds. Removes what it wrote.
+stager and plain copies taking turns going first. Prints the rates and their ratios; no thresholds.
+Removes what it wrote.
 
     .venv/bin/python bench/bench_staging.py [--files 4] [--mb 32] [--repeat 5] [--only s3|rsync]
 """
@@ -116,7 +120,7 @@ def start_moto():
 def bench_s3(a, inputs, total):
     try:
         from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow import s3_stager
-        from boto3.s3.transfer import TransferConfig
+        from boto3.s3.transfer import TransferConfig, TransferManager
     except ImportError as exc:
         print("S3 half SKIPPED: %s (install boto3 and moto[server])" % exc)
         return
@@ -136,7 +140,7 @@ def bench_s3(a, inputs, total):
     try:
         if not a.endpoint:
             st.client.create_bucket(Bucket=bucket)
-        up, down, plain_up, plain_down = [], [], [], []
+        up, down, plain_up, plain_down, all_up, all_down = [], [], [], [], [], []
         outputs = os.path.join(os.path.dirname(inputs[0]["path"]), "outputs")
         manifest = dict((it["name"], file_sha256(it["path"])) for it in inputs)
         for n in range(a.repeat):
@@ -153,6 +157,14 @@ def bench_s3(a, inputs, total):
                     plain_client.upload_file(it["path"], bucket, st.key("plain", it["name"]), Config=tconf)
                 plain_up.append(time.monotonic() - t)
 
+            def all_upload():
+                t = time.monotonic()
+                with TransferManager(plain_client, tconf) as tm:
+                    futures = [tm.upload(it["path"], bucket, st.key("all", it["name"])) for it in inputs]
+                    for fut in futures:
+                        fut.result()
+                all_up.append(time.monotonic() - t)
+
             def fetch():
                 down.append(st.fetch_outputs("bench", types.SimpleNamespace(attempt_id=attempt))["seconds"])
 
@@ -162,28 +174,44 @@ def bench_s3(a, inputs, total):
                     plain_client.download_file(bucket, st.key("plain", it["name"]), it["path"] + ".plain", Config=tconf)
                 plain_down.append(time.monotonic() - t)
 
-            # stager and plain copy take turns going first
-            for step in ((stage, plain_upload) if n % 2 == 0 else (plain_upload, stage)):
+            def all_download():
+                t = time.monotonic()
+                with TransferManager(plain_client, tconf) as tm:
+                    futures = [tm.download(bucket, st.key("all", it["name"]), it["path"] + ".all") for it in inputs]
+                    for fut in futures:
+                        fut.result()
+                all_down.append(time.monotonic() - t)
+
+            # stager and plain copies take turns going first
+            for step in turn((stage, plain_upload, all_upload), n):
                 step()
             # the same bytes as an attempt's outputs, with the sender's checksum manifest (not timed)
             st.upload_tree("bench", attempt, outputs, manifest=manifest if a.manifest else None)
-            for step in ((fetch, plain_download) if n % 2 == 0 else (plain_download, fetch)):
+            for step in turn((fetch, plain_download, all_download), n):
                 step()
     finally:
         clean(st)
         if proc:
             proc.kill()
             proc.wait()
-    u, pu, d, pd = (statistics.median(x) for x in (up, plain_up, down, plain_down))
+    u, pu, au, d, pd, ad = (statistics.median(x) for x in (up, plain_up, all_up, down, plain_down, all_down))
     print("S3 store: %s (%s), part %d MiB, %d streams, median of %d, outputs %s" % (
         endpoint, "moto server, loopback" if proc else "given endpoint", a.part_mb, a.streams, a.repeat,
         "with the sender's sha256" if a.manifest else "with part checksums only"))
     print("S3 stager upload with SHA-256:    %s sustained" % rate(total, u))
-    print("plain boto3 upload_file:          %s" % rate(total, pu))
-    print("ratio S3 upload (staged / plain throughput): %.2f" % (pu / u))
+    print("plain boto3 upload_file:          %s  (file by file)" % rate(total, pu))
+    print("plain boto3 TransferManager:      %s  (all files at once)" % rate(total, au))
+    print("ratio S3 upload (staged / faster plain throughput): %.2f" % (min(pu, au) / u))
     print("S3 stager fetch, verified:        %s sustained" % rate(total, d))
-    print("plain boto3 download_file:        %s" % rate(total, pd))
-    print("ratio S3 fetch (staged / plain throughput): %.2f" % (pd / d))
+    print("plain boto3 download_file:        %s  (file by file)" % rate(total, pd))
+    print("plain boto3 TransferManager:      %s  (all files at once)" % rate(total, ad))
+    print("ratio S3 fetch (staged / faster plain throughput): %.2f" % (min(pd, ad) / d))
+
+
+def turn(steps, n):
+    """The steps, rotated so that each goes first in turn."""
+    k = n % len(steps)
+    return steps[k:] + steps[:k]
 
 
 def clean(st):

@@ -61,7 +61,7 @@ options:
     type: str
     choices: [label, unlabel, cordon, uncordon, drain, driver_upgrade, reboot, remove, delete_node,
               revoke_credential, remove_ssh_key, remove_agent, firewall, restore_standalone, validate,
-              approval, audit_repair, hold_override, approve_csr]
+              approval, audit_repair, hold_override, approve_csr, close_api_path]
   result:
     description: Outcome of the action.
     type: str

@@ -60,6 +60,10 @@ nodes:
     unschedulable:
       description: Whether the Node is cordoned.
       type: bool
+    internal_ips:
+      description: The Node's C(InternalIP) addresses (C(status.addresses)).
+      type: list
+      elements: str
     labels:
       description: Node labels.
       type: dict

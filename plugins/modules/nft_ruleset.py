@@ -153,27 +153,6 @@ from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import file
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import nft
 
 
-# Loads the confirmed table before the network comes up at boot. The boot copy starts by
-# deleting the table, so loading it again replaces whatever is there.
-BOOT_UNIT = """[Unit]
-Description=hybridgpu.fleet: load nft table inet %(table)s at boot
-DefaultDependencies=no
-Wants=network-pre.target
-Before=network-pre.target shutdown.target
-Conflicts=shutdown.target
-After=local-fs.target
-ConditionPathExists=%(path)s
-
-[Service]
-Type=oneshot
-RemainAfterExit=yes
-ExecStart=%(nft)s -f %(path)s
-
-[Install]
-WantedBy=sysinit.target
-"""
-
-
 class Firewall(object):
     def __init__(self, module):
         self.module = module
@@ -182,8 +161,9 @@ class Firewall(object):
         self.dir = self.p["state_dir"]
         self.nft = module.get_bin_path("nft", required=True)
         self.unit = "hybridgpu-nft-rollback-%s" % self.table
-        self.boot_unit = "hybridgpu-nft-%s.service" % self.table
-        self.boot_unit_path = os.path.join(self.p["unit_dir"], self.boot_unit)
+        self.boot = nft.BootCopy(lambda args: self.run(args, check=False), self.table, self.nft,
+                                 self.path("boot.nft"), self.p["unit_dir"])
+        self.boot_unit = self.boot.unit
 
     def path(self, suffix):
         return os.path.join(self.dir, "%s.%s" % (self.table, suffix))
@@ -219,43 +199,23 @@ class Firewall(object):
         self.run(["systemctl", "stop", self.unit + ".timer"], check=False)
         self.run(["systemctl", "reset-failed", self.unit + ".timer", self.unit + ".service"], check=False)
 
-    def boot_unit_text(self):
-        return BOOT_UNIT % {"table": self.table, "nft": self.nft, "path": self.path("boot.nft")}
-
-    def _read_path(self, path):
-        try:
-            with open(path) as fh:
-                return fh.read()
-        except (IOError, OSError):
-            return None
-
     def boot_current(self, text):
         """Whether the boot copy holds ``text`` and the boot unit is written and enabled."""
-        if self.read("boot.nft") != text or self._read_path(self.boot_unit_path) != self.boot_unit_text():
-            return False
-        rc, dummy, dummy = self.run(["systemctl", "is-enabled", "--quiet", self.boot_unit], check=False)
-        return rc == 0
+        return self.boot.current(text)
 
     def persist(self, text):
         """Write the boot copy and the boot unit, and enable it. Returns whether anything changed."""
-        if self.boot_current(text):
-            return False
-        self.write("boot.nft", text)
-        if self._read_path(self.boot_unit_path) != self.boot_unit_text():
-            files.write(self.boot_unit_path, self.boot_unit_text(), mode=0o644)
-            self.run(["systemctl", "daemon-reload"])
-        self.run(["systemctl", "enable", self.boot_unit])
-        return True
+        try:
+            return self.boot.write(text)
+        except nft.BootError as err:
+            self.module.fail_json(msg="Table inet %s: %s" % (self.table, err))
 
     def unpersist(self, check_mode):
         """Disable and remove the boot unit and the boot copy. Returns whether any existed."""
-        present = [p for p in (self.boot_unit_path, self.path("boot.nft")) if os.path.exists(p)]
-        if present and not check_mode:
-            self.run(["systemctl", "disable", self.boot_unit], check=False)
-            for path in present:
-                os.unlink(path)
-            self.run(["systemctl", "daemon-reload"])
-        return bool(present)
+        try:
+            return self.boot.remove(check_mode)
+        except nft.BootError as err:
+            self.module.fail_json(msg="Table inet %s: %s" % (self.table, err))
 
     def present(self):
         try:

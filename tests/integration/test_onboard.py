@@ -334,3 +334,36 @@ def test_node_credential_cannot_change_restricted_labels_or_taints(onboarded):
     assert after["metadata"]["labels"]["node-restriction.kubernetes.io/data-class"] == "restricted"
     assert after["spec"].get("taints") == before["spec"].get("taints")
     kube().patch_node(ONE, {"metadata": {"labels": {"example.com/self": None}}}, patch_type="merge")
+
+
+ADDRESSES = {"owned-a100-1": "10.213.77.11", "owned-a100-2": "10.213.77.12", "owned-l40s-1": "10.213.77.13"}
+
+
+def guard_members():
+    """The API guard's members on the lab host (api-front), or None without the table."""
+    res = subprocess.run(["nft", "-j", "list", "set", "inet", "hybridgpu_api_guard", "members"],
+                         capture_output=True, text=True, check=False)
+    if res.returncode != 0:
+        return None
+    return [e for item in json.loads(res.stdout)["nftables"] for e in item.get("set", {}).get("elem", [])]
+
+
+def api_connects(node, timeout=5):
+    """Whether a TCP connection from the node to the onprem API opens (within ``timeout`` s)."""
+    code = ("import socket\ntry:\n    socket.create_connection(('10.213.77.1', 6443), %d).close(); print('open')\n"
+            "except OSError as e:\n    print('closed', e)\n" % timeout)
+    return ssh(node, "python3 -c \"%s\"" % code, check=False).stdout.startswith("open")
+
+
+def test_api_guard_lets_the_onboarded_nodes_through(onboarded):
+    """Onboarding put each node of the wave into the API guard on the lab host before it joined;
+    the guard drops the owned range's other addresses only, and the nodes reach the API."""
+    members = guard_members()
+    assert members is not None, "onboarding made no API guard table on the lab host"
+    assert set(ADDRESSES.values()) <= set(members), members
+    chain = subprocess.run(["nft", "list", "chain", "inet", "hybridgpu_api_guard", "input"],
+                           capture_output=True, text=True, check=True).stdout
+    assert "policy accept" in chain
+    assert "ip saddr 10.213.77.8/29 ip saddr != @members tcp dport 6443" in chain and " drop " in chain, chain
+    for node in WAVE:
+        assert api_connects(node), "%s cannot reach the API through the guard" % node

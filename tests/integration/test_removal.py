@@ -74,6 +74,10 @@ def setup(lab_lock, tmp_path_factory):
         os.replace(main, str(tmp / (NODE + ".manifest-before-removal.json")))
     res = playbook("onboard.yml", "--limit", NODE, timeout=1200)
     assert res.returncode == 0, "re-onboarding %s failed:\n%s" % (NODE, res.out[-5000:])
+    # onboarding let the node through the API guard again
+    assert IP in (guard_members() or []), guard_members()
+    again = retry_from_node(cert)
+    assert again.startswith("status"), "the re-onboarded node must reach the API: %s" % again
 
 
 def cert_status(cert, path):
@@ -90,12 +94,54 @@ def cert_status(cert, path):
         return err.code
 
 
+# From the node: an HTTPS request to the onprem API with a client certificate copied onto it.
+RETRY = """import socket, ssl, sys, urllib.error, urllib.request
+ctx = ssl.create_default_context()
+ctx.check_hostname = False
+ctx.verify_mode = ssl.CERT_NONE
+ctx.load_cert_chain(sys.argv[1])
+try:
+    urllib.request.urlopen("https://10.213.77.1:6443/api/v1/nodes/%s", context=ctx, timeout=5)
+    print("status 200")
+except urllib.error.HTTPError as err:
+    print("status %%d" %% err.code)
+except (OSError, socket.timeout) as err:
+    print("no connection: %%r" %% err)
+""" % NODE
+
+
+def retry_from_node(cert):
+    """What the node gets when it retries the API with ``cert``: 'status N' or 'no connection: ...'."""
+    podman = subprocess.run(["podman", "cp", cert, NODE + ":/root/hgpu-retry.pem"], capture_output=True, text=True, check=False)
+    assert podman.returncode == 0, podman.stderr
+    try:
+        res = ssh(NODE, "cat > /root/hgpu-retry.py <<'EOF'\n%sEOF\ntimeout 20 python3 /root/hgpu-retry.py /root/hgpu-retry.pem" % RETRY,
+                  check=False)
+        return res.stdout.strip() or res.stderr.strip()
+    finally:
+        ssh(NODE, "rm -f /root/hgpu-retry.pem /root/hgpu-retry.py", check=False)
+
+
+def guard_members():
+    """The API guard's members on the lab host (api-front), or None without the table."""
+    res = subprocess.run(["nft", "-j", "list", "set", "inet", "hybridgpu_api_guard", "members"],
+                         capture_output=True, text=True, check=False)
+    if res.returncode != 0:
+        return None
+    return [e for item in json.loads(res.stdout)["nftables"] for e in item.get("set", {}).get("elem", [])]
+
+
 def remove(setup, record, *args, **extra):
     ev = {"remove_targets": NODE, "remove_executor": "ops-lead",
           "remove_boundary": setup["appr"]["boundary"], "change_record_path": record,
           "remove_records_dir": setup["rec"]}
     ev.update(extra)
     return playbook("remove.yml", *args, extra=ev, tmp_path=setup["tmp"])
+
+
+def events_of(setup):
+    with open(os.path.join(setup["rec"], "audit", "audit.jsonl")) as fh:
+        return [json.loads(x) for x in fh]
 
 
 def state_file(setup, change):
@@ -163,6 +209,15 @@ def test_interrupted_removal_reports_and_finishes(setup):
     # deleted Node, not 401), so the record must state its serial and expiry, and no copy of
     # its key may be left on the node
     assert cert_status(setup["cert"], "/api/v1/nodes/" + NODE) == 404
+    # ... but the node's own path to the API is closed: the API guard on the lab host (api-front)
+    # no longer holds its address, and the same certificate retried from the node gets no connection
+    members = guard_members()
+    assert members is not None and IP not in members, members
+    retried = retry_from_node(setup["cert"])
+    assert retried.startswith("no connection"), retried
+    closed = [e["details"] for e in events_of(setup) if e["action"] == "close_api_path"]
+    assert closed and closed[-1]["path_closed"] is True and closed[-1]["address"] == IP, closed
+    assert closed[-1]["guard_hosts"] == ["api-front"] and closed[-1]["endpoints"] == ["10.213.77.1:6443"], closed
     serial = subprocess.run(["openssl", "x509", "-noout", "-serial", "-in", setup["cert"]], capture_output=True,
                             text=True, check=True).stdout.strip().split("=")[1].lower()
     events = [json.loads(x) for x in open(os.path.join(setup["rec"], "audit", "audit.jsonl"))]
@@ -199,7 +254,7 @@ def test_interrupted_removal_reports_and_finishes(setup):
     assert ok.returncode == 0, ok.stdout + ok.stderr
     lines = open(log).read().splitlines()
     actions = [json.loads(x)["action"] for x in lines]
-    for action in ("approval", "cordon", "drain", "delete_node", "revoke_credential", "remove"):
+    for action in ("approval", "cordon", "drain", "delete_node", "revoke_credential", "close_api_path", "remove"):
         assert action in actions, actions
     n = actions.index("delete_node")
     bad_line = json.loads(lines[n])

@@ -21,6 +21,7 @@ import pytest
 from conftest import ROOT, config, podman_exec, ssh
 
 from lablib import k8s as labk8s  # noqa: E402,I100
+from lablib import nodes as labnodes  # noqa: E402,I100
 
 pytestmark = pytest.mark.lab
 
@@ -75,6 +76,7 @@ def unjoin(name):
                 "hybridgpu-node-agent >/dev/null", timeout=120)
     labk8s.api("onprem", "DELETE", "/api/v1/namespaces/kube-system/secrets/node-%s-token" % name)
     labk8s.api("onprem", "DELETE", "/api/v1/nodes/" + name)
+    labnodes.guard_member(next(n for n in config.NODES if n["name"] == name)["ip"], present=False)
 
 
 @pytest.fixture(scope="module")

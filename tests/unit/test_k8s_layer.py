@@ -66,7 +66,8 @@ NODE = {"kind": "Node", "metadata": {"name": "n1", "labels": {"a": "b"}},
         "spec": {"unschedulable": True},
         "status": {"capacity": {"nvidia.com/gpu": "8"}, "allocatable": {"nvidia.com/gpu": "7"},
                    "conditions": [{"type": "Ready", "status": "True"}],
-                   "nodeInfo": {"kubeletVersion": "v1.30.4"}}}
+                   "nodeInfo": {"kubeletVersion": "v1.30.4"},
+                   "addresses": [{"type": "InternalIP", "address": "10.0.0.5"}, {"type": "Hostname", "address": "n1"}]}}
 
 
 def test_retries_503_then_succeeds(server):
@@ -147,7 +148,7 @@ def test_node_summary():
     assert gpu["product"] is None and gpu["count"] is None and gpu["mig_profiles"] == {}
     assert s == {"name": "n1", "ready": "True", "unschedulable": True, "labels": {"a": "b"},
                  "taints": [], "gpu_capacity": 8, "gpu_allocatable": 7, "kubelet_version": "v1.30.4",
-                 "os_image": None, "kernel_version": None}
+                 "os_image": None, "kernel_version": None, "internal_ips": ["10.0.0.5"]}
     assert k8s.node_ready({"status": {}}) == "Unknown"
 
 

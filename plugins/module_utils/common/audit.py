@@ -32,7 +32,7 @@ FIELDS = ("change_id", "approver", "executor", "target", "action", "result")
 ACTIONS = ("label", "unlabel", "cordon", "uncordon", "drain", "driver_upgrade", "reboot",
            "remove", "delete_node", "revoke_credential", "remove_ssh_key", "remove_agent",
            "firewall", "restore_standalone", "validate", "approval", "audit_repair",
-           "hold_override", "approve_csr")
+           "hold_override", "approve_csr", "close_api_path")
 RESULTS = ("started", "ok", "changed", "failed", "refused", "skipped")
 
 

@@ -370,8 +370,7 @@ def node_ready(node):
 
 
 def node_summary(node):
-    """The few facts about a Node that records and reports use.
-
+    """The few facts about a Node that records and reports use (its InternalIPs too).
     ``gpu`` holds what the GPU feature discovery / GPU operator labels say (product, count,
     memory, MIG strategy and profiles, driver and CUDA versions: kubectl_node.gpu_info);
     its values are None when the Node carries no such labels."""
@@ -391,6 +390,7 @@ def node_summary(node):
         "kubelet_version": info.get("kubeletVersion"),
         "os_image": info.get("osImage"),
         "kernel_version": info.get("kernelVersion"),
+        "internal_ips": [a["address"] for a in status.get("addresses") or [] if a.get("type") == "InternalIP"],
     }
 
 

@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: hybridgpu.fleet contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Render and check the host firewall table the collection owns (pure functions).
+"""Render and check the host firewall table the collection owns, and keep owned tables loading at boot.
 
 The table lives in its own `inet` table, so it never edits anyone else's rules, and it is
 loaded in one `nft -f` transaction: `table X {}` + `delete table X` + the full definition.
@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import hashlib
 import ipaddress
+import os
 import re
 
-from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import fwrule
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import files, fwrule
 
 NAME_RE = fwrule.NAME_RE
 
@@ -177,3 +178,99 @@ def canonical_listing(text):
     text = _COUNTER_RE.sub("counter", text)
     text = re.sub(r" # handle \d+", "", text)
     return "\n".join(line.rstrip() for line in text.strip().splitlines()) + "\n"
+
+
+# Loads the boot copy of a table before the network comes up. The copy starts by deleting
+# the table, so loading it again replaces whatever is there.
+BOOT_UNIT = """[Unit]
+Description=hybridgpu.fleet: load %(what)s nft table inet %(table)s at boot
+DefaultDependencies=no
+Wants=network-pre.target
+Before=network-pre.target shutdown.target
+Conflicts=shutdown.target
+After=local-fs.target
+ConditionPathExists=%(path)s
+
+[Service]
+Type=oneshot
+RemainAfterExit=yes
+ExecStart=%(nft)s -f %(path)s
+
+[Install]
+WantedBy=sysinit.target
+"""
+
+
+class BootError(Exception):
+    """A systemctl command for the boot unit failed; the message names it."""
+
+
+def boot_text(table, listing):
+    """The boot copy of a table from its `nft list table` output: loading it replaces the table."""
+    return "table inet %s {}\ndelete table inet %s\n%s" % (table, table, listing)
+
+
+class BootCopy(object):
+    """The boot copy of one owned table and the unit `hybridgpu-nft-<table>.service` that loads it.
+
+    ``run(args)`` runs a command and returns (rc, stdout, stderr). Counter values do not make
+    the copy stale. ``copy_mode`` is the copy's mode (None: that of the copy it replaces)."""
+
+    def __init__(self, run, table, nft_binary, copy_path, unit_dir, what="the", copy_mode=None, dir_mode=0o700):
+        self.run = run
+        self.table = table
+        self.nft_binary = nft_binary  # absolute: systemd runs it
+        self.copy_path = copy_path
+        self.unit = "hybridgpu-nft-%s.service" % table
+        self.unit_path = os.path.join(unit_dir, self.unit)
+        self.what = what
+        self.copy_mode = copy_mode
+        self.dir_mode = dir_mode
+
+    def unit_text(self):
+        return BOOT_UNIT % {"what": self.what, "table": self.table, "nft": self.nft_binary, "path": self.copy_path}
+
+    def _systemctl(self, *args):
+        rc, out, err = self.run(["systemctl"] + list(args))
+        if rc != 0:
+            raise BootError("systemctl %s failed: %s" % (" ".join(args), (err or out).strip()))
+
+    def current(self, text):
+        """Whether the copy holds ``text`` (counters aside) and the unit is written and enabled."""
+        copy = _read(self.copy_path)
+        if copy is None or _COUNTER_RE.sub("counter", copy) != _COUNTER_RE.sub("counter", text):
+            return False
+        if _read(self.unit_path) != self.unit_text():
+            return False
+        return self.run(["systemctl", "is-enabled", "--quiet", self.unit])[0] == 0
+
+    def write(self, text, check_mode=False):
+        """Write the copy and the unit and enable it. Returns whether anything (would have) changed."""
+        if self.current(text):
+            return False
+        if not check_mode:
+            os.makedirs(os.path.dirname(self.copy_path), mode=self.dir_mode, exist_ok=True)
+            files.write(self.copy_path, text, mode=self.copy_mode)
+            if _read(self.unit_path) != self.unit_text():
+                files.write(self.unit_path, self.unit_text(), mode=0o644)
+                self._systemctl("daemon-reload")
+            self._systemctl("enable", self.unit)
+        return True
+
+    def remove(self, check_mode=False):
+        """Disable and delete the unit and the copy. Returns whether either existed."""
+        present = [path for path in (self.unit_path, self.copy_path) if os.path.exists(path)]
+        if present and not check_mode:
+            self.run(["systemctl", "disable", self.unit])
+            for path in present:
+                os.unlink(path)
+            self._systemctl("daemon-reload")
+        return bool(present)
+
+
+def _read(path):
+    try:
+        with open(path) as fh:
+            return fh.read()
+    except (IOError, OSError):
+        return None

@@ -15,11 +15,12 @@ holds the same checksum and size is not sent (a warm shared dataset, or a copy t
 interruption); a shared dataset whose checksum differs is sent again (refreshed). After the copy the
 store's checksum of each object must equal the one computed while sending; a mismatch deletes the
 object and counts as an interruption.
-Outputs come back to `onprem_root/<job_id>/<attempt_id>/`: each object is downloaded in parallel ranges
-and hashed as it lands; what landed must match the checksum the store holds (and the `sha256` metadata
-when the writer set it). A mismatch fetches the object once more; a second mismatch refuses the
-return as corrupt and removes what landed, so nothing is committed. The result's checksum is the
-tree digest of the landed files (rsync_stager.tree_digest's format).
+Outputs come back to `onprem_root/<job_id>/<attempt_id>/`: each object is downloaded in parallel ranges,
+written in place and hashed in file order as the bytes stream in (s3_fetch.RangedGet), the objects one after
+another through the same streams without a pause between them; what landed must match the checksum the store
+holds (and the `sha256` metadata when the writer set it). A mismatch fetches the object once more; a second
+mismatch refuses the return as corrupt and removes what landed, so nothing is committed. The result's
+checksum is the tree digest of the landed files (rsync_stager.tree_digest's format).
 One stream set (a pool of `streams` connections) carries all files of one call. Throughput is
 sustained: bytes sent / wall time of the whole call, checksums included.
 """
@@ -32,7 +33,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from . import backends
-from . import s3_transfer as xfer
+from . import s3_fetch, s3_transfer as xfer
 from .remote import UnsafeName, check_name
 
 try:
@@ -321,44 +322,74 @@ class S3Stager(backends.Stager):
         prefix = self.output_prefix(job_id, attempt)
         shutil.rmtree(dest, ignore_errors=True)
         os.makedirs(dest)
-        lines, again, total = [], [], 0
+        lines, again, total, todo = [], [], 0, []
         with ThreadPoolExecutor(self.streams) as pool:
-            for key, size in self._listing(prefix):
-                rel = key[len(prefix):]
-                target = os.path.normpath(os.path.join(dest, rel))
-                if not rel or rel.startswith("/") or not target.startswith(dest.rstrip("/") + "/"):
-                    raise backends.ReturnFailed("output object %r of %s lies outside the attempt's folder" % (key, job_id))
-                os.makedirs(os.path.dirname(target), exist_ok=True)
-                stored = self._stored(key)
-                if not stored or not (stored["checksum"] or stored["sha256"]):
-                    raise backends.ReturnFailed("output %s of %s attempt %s has no stored SHA-256; refused" % (
-                        rel, job_id, attempt))
-                for n in (1, 2):
-                    dig = self._get(pool, key, size, stored, target)
-                    if self._matches(stored, dig):
-                        break
-                    again.append(rel)
-                else:
-                    shutil.rmtree(dest, ignore_errors=True)
-                    raise backends.ReturnFailed(
-                        "output %s of %s attempt %s is corrupt: stored %s, received sha256 %s (fetched twice); "
-                        "nothing kept" % (rel, job_id, attempt, stored["checksum"] or stored["sha256"], dig.hexdigest()))
-                lines.append((rel, "%s  %s\n" % (dig.hexdigest(), rel)))
-                total += size
+            window = xfer.Window(2 * self.streams)
+            try:
+                # every object's ranges go to the one stream set as soon as the window allows, so the
+                # streams keep running while the previous object's last bytes are hashed; objects are
+                # checked, fetched again or refused in listing order, as one at a time would be
+                for key, size in self._listing(prefix):
+                    item = self._start_one(job_id, attempt, dest, prefix, key, size, pool, window)
+                    todo.append(item)
+                    if item["error"] or any(t["get"].failed for t in todo if t["get"]):
+                        break       # raised in its turn below
+                for item in todo:
+                    if item["error"]:
+                        raise item["error"]
+                    rel, stored = item["rel"], item["stored"]
+                    dig = item["get"].finish()
+                    item["checked"] = 1
+                    if not self._matches(stored, dig):
+                        again.append(rel)
+                        dig = self._get(item["key"], item["size"], stored, item["target"], item["flips"][1]).start(
+                            pool, window).finish()
+                        item["checked"] = 2
+                        if not self._matches(stored, dig):
+                            raise backends.ReturnFailed(
+                                "output %s of %s attempt %s is corrupt: stored %s, received sha256 %s (fetched twice); "
+                                "nothing kept" % (rel, job_id, attempt, stored["checksum"] or stored["sha256"],
+                                                  dig.hexdigest()))
+                    lines.append((rel, "%s  %s\n" % (dig.hexdigest(), rel)))
+                    total += item["size"]
+            except BaseException:
+                for item in todo:
+                    if item["get"]:
+                        item["get"].abort()
+                    # drill faults meant for fetches whose bytes were never checked stay for the next return
+                    self.corrupt_next += sum(item["flips"][item["checked"]:])
+                shutil.rmtree(dest, ignore_errors=True)
+                raise
         digest = hashlib.sha256("".join(line for rel, line in sorted(lines)).encode()).hexdigest()
         secs = max(1e-9, time.monotonic() - t0)
         return {"ref": dest, "checksum": "sha256:" + digest, "files": len(lines), "bytes_received": total,
                 "fetched_again": again, "seconds": round(secs, 4), "throughput_Bps": round(total / secs, 1)}
 
-    def _get(self, pool, key, size, stored, target):
-        flip = False
-        if self.corrupt_next:
-            self.corrupt_next -= 1
-            flip = True
+    def _start_one(self, job_id, attempt, dest, prefix, key, size, pool, window):
+        """Check one listed object and hand its ranges to the streams; a refusal waits in "error"."""
+        rel = key[len(prefix):]
+        target = os.path.normpath(os.path.join(dest, rel))
+        item = {"rel": rel, "key": key, "size": size, "target": target, "stored": None, "get": None,
+                "error": None, "flips": [False, False], "checked": 0}
+        if not rel or rel.startswith("/") or not target.startswith(dest.rstrip("/") + "/"):
+            item["error"] = backends.ReturnFailed("output object %r of %s lies outside the attempt's folder" % (key, job_id))
+            return item
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        stored = item["stored"] = self._stored(key)
+        if not stored or not (stored["checksum"] or stored["sha256"]):
+            item["error"] = backends.ReturnFailed("output %s of %s attempt %s has no stored SHA-256; refused" % (
+                rel, job_id, attempt))
+            return item
+        # the flipped-byte drill fault: the object's fetch takes one, and its fetch again the next
+        item["flips"] = [self.corrupt_next > 0, self.corrupt_next > 1]
+        self.corrupt_next -= sum(item["flips"])
+        item["get"] = self._get(key, size, stored, target, item["flips"][0]).start(pool, window)
+        return item
+
+    def _get(self, key, size, stored, target, flip=False):
         # the writer's full-file SHA-256, when stored, is checked alone: no part digests to compute
         parts = 0 if stored["sha256"] else stored["part_size"]
-        return xfer.get_ranges(self.client, pool, 2 * self.streams, self.bucket, key, size, parts,
-                               target, self.part_size, flip_first=flip)
+        return s3_fetch.RangedGet(self.client, self.bucket, key, size, parts, target, self.part_size, flip_first=flip)
 
     @staticmethod
     def _matches(stored, dig):

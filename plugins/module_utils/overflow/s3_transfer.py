@@ -18,9 +18,7 @@ check after completion, which removes the object for a clean resend.
 from __future__ import annotations
 
 import base64
-import collections
 import hashlib
-import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -252,42 +250,3 @@ def put_single(client, bucket, key, path):
                       ChecksumSHA256=b64(dig.full.digest()),
                       Metadata={"sha256": dig.hexdigest(), "part-size": "0"})
     return {"digest": dig, "sent": len(data), "reused": 0, "parts_sent": 1, "parts_reused": 0, "resumed": False}
-
-
-def get_ranges(client, pool, depth, bucket, key, size, part_size, dest, range_size, flip_first=False):
-    """Download an object in ranges through `pool` into `dest`, hashing as the bytes land.
-    part_size > 0: ranges follow the object's parts (for the composite); 0: a single-PUT object.
-    flip_first (a drill fault): the first byte lands flipped, as damage on the way would."""
-    step = part_size or range_size
-    dig = Digest(part_size, overlap=True)
-
-    def fetch(start, end):
-        body = client.get_object(Bucket=bucket, Key=key, Range="bytes=%d-%d" % (start, end))["Body"]
-        data = body.read()
-        if flip_first and start == 0 and data:
-            data = bytes([data[0] ^ 0xFF]) + data[1:]
-        return data, hashlib.sha256(data).digest() if part_size else None
-
-    try:
-        pending = collections.deque()
-        tmp = dest + ".part"
-        with open(tmp, "wb") as fh:
-            for start in range(0, size, step):
-                if len(pending) >= depth:
-                    _land(pending.popleft(), dig, fh)
-                pending.append(pool.submit(fetch, start, min(size, start + step) - 1))
-            while pending:
-                _land(pending.popleft(), dig, fh)
-    finally:
-        dig.close()
-    os.replace(tmp, dest)
-    return dig
-
-
-def _land(fut, dig, fh):
-    data, digest = fut.result()
-    if dig.part_size:
-        dig.add_part(data, digest)
-    else:
-        dig.feed(data)
-    fh.write(data)

@@ -38,6 +38,11 @@ def up(args):
         for n in config.NODES:
             nodes.wait_booted(n)
     step("nodes", start_all)
+    # No API guard until onboarding makes one: owned nodes made afresh are not onboarded, so a
+    # guard left from their predecessors goes. Nodes that kept their disks keep their guard.
+    owned = [n["name"] for n in config.NODES if n["role"] == "owned"]
+    if all(states[name] == "created" for name in owned) and nodes.remove_api_guard():
+        log("deleted the API guard table inet %s (owned nodes made afresh)" % config.API_GUARD_TABLE)
     step("inventory", inventory.write)
     # overflow: the Slurm site scheduler and the cloud storage host
     step("slurm + storage", lambda: (storage.ensure(ref), slurm.ensure(ref)))
@@ -82,6 +87,8 @@ def down(args):
     names = nodes.remove_nodes() + slurm.remove() + storage.remove()
     if names:
         log("removed containers: " + " ".join(names))
+    if nodes.remove_api_guard():
+        log("deleted the API guard table inet " + config.API_GUARD_TABLE)
     if nodes.network_exists():
         nodes.remove_network()
         log("removed network " + config.NETWORK)

@@ -11,6 +11,9 @@ INVENTORY = os.path.join(ROOT, "inventories", "lab", "hosts.yml")
 NETWORK = "hgpu-lab"
 SUBNET = "10.213.77.0/24"
 BRIDGE_IP = "10.213.77.1"
+# The API guard onboarding keeps on this host in front of the emulator's API (the inventory's
+# api-front host; inventories/lab/group_vars/all.yml names it).
+API_GUARD_TABLE = "hybridgpu_api_guard"
 SUITE = "bookworm"
 MIRROR = "http://deb.debian.org/debian"
 BASE_IMAGE = "localhost/hgpu-lab-base"

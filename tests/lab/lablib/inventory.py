@@ -1,5 +1,6 @@
 """inventories/lab/hosts.yml, generated (absolute paths, so it works from any checkout)."""
 import json
+import os
 
 from . import config
 from .nodes import key_path
@@ -50,6 +51,11 @@ def render():
         lines += ["    %s:" % group, "      hosts:", "        %s:" % h["name"],
                   "          ansible_host: %s" % h["ip"], "          ansible_user: root",
                   "          ansible_ssh_private_key_file: %s" % _q(key_path())]
+    # The API guard's host: the emulator's API listens on this host, so the host itself is in
+    # front of it (reached without SSH, with the checkout's python).
+    lines += ["    api_front:", "      hosts:", "        api-front:",
+              "          ansible_connection: local",
+              "          ansible_python_interpreter: %s" % _q(os.path.join(config.ROOT, ".venv", "bin", "python"))]
     lines += ["    wave1:", "      hosts:"]
     for n in config.NODES:
         if n["role"] == "owned":

@@ -429,8 +429,14 @@ def agent_kubeconfig(cluster, name, token):
 
 
 def join_node(node, cluster="cloud"):
-    """Give a node its credential and start its agent. Returns True when something changed."""
+    """Give a node its credential and start its agent. Returns True when something changed.
+
+    An owned node joining onprem outside onboarding is let through the API guard first (when
+    onboarding made one), as a site operator would with `nft add element`."""
     name = node["name"]
+    if cluster == "onprem":
+        from . import nodes
+        nodes.guard_member(node["ip"])
     current = run(["podman", "exec", name, "cat", AGENT_DIR + "/kubeconfig"], check=False).stdout
     active = run(["podman", "exec", name, "systemctl", "is-active", "hybridgpu-node-agent"],
                  check=False).stdout.strip() == "active"

@@ -141,6 +141,24 @@ def ensure_network():
     return True
 
 
+def remove_api_guard():
+    """Delete the API guard's table on this host (onboarding makes it again). Returns whether it was there."""
+    if run(["nft", "list", "table", "inet", config.API_GUARD_TABLE], check=False).returncode != 0:
+        return False
+    run(["nft", "delete", "table", "inet", config.API_GUARD_TABLE])
+    return True
+
+
+def guard_member(ip, present=True):
+    """Add (or delete) an owned node's address in the API guard, as a site operator would with
+    `nft add element`; nothing when the guard is not up."""
+    if run(["nft", "list", "set", "inet", config.API_GUARD_TABLE, "members"], check=False).returncode != 0:
+        return False
+    verb = "add" if present else "delete"
+    res = run(["nft", verb, "element", "inet", config.API_GUARD_TABLE, "members", "{ %s }" % ip], check=False)
+    return res.returncode == 0
+
+
 def remove_network():
     """Remove the network; containers that are not the lab's but still attached are named,
     not removed (podman network rm without -f)."""

@@ -3,16 +3,22 @@ the way back, multipart uploads that resume without sending completed parts agai
 and objects changed behind the stager's back that are sent again or refused."""
 import base64
 import hashlib
+import io
 import os
+import random
 import socket
+import threading
+import time
 
 import pytest
 
 boto3 = pytest.importorskip("boto3")
 moto_server = pytest.importorskip("moto.server")
 
+from botocore.response import StreamingBody  # noqa: E402
+
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow import backends  # noqa: E402
-from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow import s3_stager, s3_transfer  # noqa: E402
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow import s3_fetch, s3_stager, s3_transfer  # noqa: E402
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow.rsync_stager import tree_digest  # noqa: E402
 
 MIB = 1024 * 1024
@@ -250,3 +256,131 @@ def test_an_output_with_the_senders_sha256_is_checked_against_it(stager, tmp_pat
     stager.upload_tree("job-10", "a2", str(out), manifest={"m.bin": "0" * 64})
     with pytest.raises(backends.ReturnFailed, match="m.bin .* is corrupt"):
         stager.fetch_outputs("job-10", Job("a2"))
+
+
+class Damaging(object):
+    """The stager's client, with the ranged GETs of one key's bytes from `at` damaged on the way
+    (one byte flipped in `times` responses), cut short, or held until `hold` is set; counts the GETs."""
+
+    def __init__(self, client, key, at, times=1, short=False, hold=None):
+        self.client, self.key, self.at, self.times, self.short, self.hold = client, key, at, times, short, hold
+        self.gets = []
+
+    def __getattr__(self, name):
+        return getattr(self.client, name)
+
+    def get_object(self, **kwargs):
+        self.gets.append((kwargs["Key"], kwargs.get("Range")))
+        start = int(kwargs.get("Range", "bytes=0-").split("=", 1)[1].split("-", 1)[0])
+        if self.hold is not None and kwargs["Key"] == self.key and start == self.at:
+            self.hold.wait(30)
+        res = self.client.get_object(**kwargs)
+        if kwargs["Key"] != self.key or start != self.at or not self.times:
+            return res
+        self.times -= 1
+        data = res["Body"].read()
+        data = data[:len(data) // 2] if self.short else data[:10] + bytes([data[10] ^ 1]) + data[11:]
+        return dict(res, Body=StreamingBody(io.BytesIO(data), len(data)))
+
+
+def _outputs(stager, tmp_path, job, manifest):
+    out = tmp_path / ("out-" + job)
+    out.mkdir()
+    files = {"a.bin": _file(out, "a.bin", 3 * PART + 7, b"a"), "b.bin": _file(out, "b.bin", 2 * PART, b"b"),
+             "c.bin": _file(out, "c.bin", PART + 1, b"c"), "empty.txt": _file(out, "empty.txt", 0)}
+    stager.upload_tree(job, "a1", str(out), manifest={k: _sha(v) for k, v in files.items()} if manifest else None)
+    return out
+
+
+@pytest.mark.parametrize("manifest", [True, False])
+def test_one_range_damaged_on_the_way_is_fetched_again_then_refused(stager, tmp_path, manifest):
+    # checked against the sender's sha256 (manifest) or against the store's composite of part checksums
+    out = _outputs(stager, tmp_path, "job-11", manifest)
+    key = stager.output_prefix("job-11", "a1") + "a.bin"
+    damaged = stager.client = Damaging(stager.client, key, 2 * PART)
+    back = stager.fetch_outputs("job-11", Job("a1"))
+    assert back["fetched_again"] == ["a.bin"] and back["files"] == 4
+    assert back["checksum"] == tree_digest(str(out)) == tree_digest(back["ref"])
+    # every byte is read once: one GET per range, and the damaged object's ranges once more
+    assert len(damaged.gets) == (4 + 2 + 2) + 4
+    damaged.times = 2
+    with pytest.raises(backends.ReturnFailed, match="a.bin .* is corrupt"):
+        stager.fetch_outputs("job-11", Job("a1"))
+    assert not os.path.exists(back["ref"]), "a refused return left files on-prem"
+    assert not os.listdir(os.path.dirname(back["ref"]))
+
+
+def test_a_range_cut_short_fails_the_return_and_keeps_nothing(stager, tmp_path):
+    _outputs(stager, tmp_path, "job-12", True)
+    stager.client = Damaging(stager.client, stager.output_prefix("job-12", "a1") + "b.bin", PART, short=True)
+    with pytest.raises(backends.ReturnFailed, match="failed: .*b.bin"):
+        stager.fetch_outputs("job-12", Job("a1"))
+    assert not os.path.exists(os.path.join(stager.onprem_root, "job-12", "a1"))
+
+
+def test_a_slow_range_in_front_holds_at_most_the_window_in_memory(stager, tmp_path):
+    # the ranges behind a slow one land but wait for their hash: no more than 2 x streams are taken on
+    out = tmp_path / "out"
+    out.mkdir()
+    _file(out, "long.bin", 5 * PART + 1, b"l")           # 6 ranges
+    stager.upload_tree("job-14", "a1", str(out))
+    stager.streams = 2
+    go = threading.Event()
+    damaged = stager.client = Damaging(stager.client, stager.output_prefix("job-14", "a1") + "long.bin", 0, times=0, hold=go)
+    got = {}
+    fetch = threading.Thread(target=lambda: got.update(back=stager.fetch_outputs("job-14", Job("a1"))))
+    fetch.start()
+    try:
+        deadline = time.monotonic() + 10
+        while len(damaged.gets) < 4 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.5)
+        assert len(damaged.gets) == 4, "ranges taken on while the first one is slow"
+    finally:
+        go.set()
+        fetch.join(30)
+    assert got["back"]["checksum"] == tree_digest(str(out)) and len(damaged.gets) == 6
+
+
+def test_drill_flips_follow_one_object_at_a_time(stager, tmp_path):
+    # two flips: the first object's fetch and its fetch again, as when objects came back one by one
+    out = _outputs(stager, tmp_path, "job-13", True)
+    stager.corrupt_next = 2
+    with pytest.raises(backends.ReturnFailed, match="a.bin .* is corrupt"):
+        stager.fetch_outputs("job-13", Job("a1"))
+    assert stager.corrupt_next == 0
+    # three flips: the third was meant for an object whose bytes were never checked; it stays
+    stager.corrupt_next = 3
+    with pytest.raises(backends.ReturnFailed):
+        stager.fetch_outputs("job-13", Job("a1"))
+    assert stager.corrupt_next == 1
+    back = stager.fetch_outputs("job-13", Job("a1"))
+    assert back["fetched_again"] == ["a.bin"] and back["checksum"] == tree_digest(str(out))
+
+
+def test_in_order_hash_of_ranges_that_land_in_any_order():
+    data = os.urandom(5 * 1000 + 17)
+    step, size = 1000, len(data)
+    # one range's chunks arrive in order (one thread reads it); the ranges interleave freely
+    ranges = dict((start, [data[pos:min(pos + 300, start + step)] for pos in range(start, min(start + step, size), 300)])
+                  for start in range(0, size, step))
+    for seed in range(30):
+        rnd = random.Random(seed)
+        left = dict((start, list(chunks)) for start, chunks in ranges.items())
+        dig = s3_transfer.Digest(0)
+        order = s3_fetch.InOrder(dig, size, step)
+        while left:
+            start = rnd.choice(sorted(left))
+            order.offer(start, left[start].pop(0))
+            assert order.hashed() <= size
+            if not left[start]:
+                del left[start]
+        assert order.hashed() == size and dig.hexdigest() == hashlib.sha256(data).hexdigest()
+    dig = s3_transfer.Digest(0)
+    order = s3_fetch.InOrder(dig, size, step)
+    threads = [threading.Thread(target=lambda s=s: [order.offer(s, c) for c in ranges[s]]) for s in sorted(ranges, reverse=True)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert order.hashed() == size and dig.hexdigest() == hashlib.sha256(data).hexdigest()

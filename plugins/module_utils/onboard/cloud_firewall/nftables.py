@@ -25,34 +25,6 @@ from ansible_collections.hybridgpu.fleet.plugins.module_utils.onboard import clo
 _RULE_RE = re.compile(r'^(ip6?) saddr (\{ [^}]+ \}|\S+) (tcp|udp) dport (\{ [^}]+ \}|\S+) accept'
                       r'(?: comment "([^"]*)")?$')
 _CLOSE = '    counter comment "inbound-dropped"'
-_COUNTER = re.compile(r"counter packets [0-9]+ bytes [0-9]+")
-# Loads the boot copy of the table before the network comes up. The copy starts by deleting
-# the table, so loading it again replaces whatever is there.
-BOOT_UNIT = """[Unit]
-Description=hybridgpu.fleet: load the provider firewall nft table inet %(table)s at boot
-DefaultDependencies=no
-Wants=network-pre.target
-Before=network-pre.target shutdown.target
-Conflicts=shutdown.target
-After=local-fs.target
-ConditionPathExists=%(path)s
-
-[Service]
-Type=oneshot
-RemainAfterExit=yes
-ExecStart=%(nft)s -f %(path)s
-
-[Install]
-WantedBy=sysinit.target
-"""
-
-
-def _read_path(path):
-    try:
-        with open(path) as fh:
-            return fh.read()
-    except (IOError, OSError):
-        return None
 
 
 def _items(text):
@@ -175,32 +147,15 @@ class NftProvider(base.ProviderFirewall):
         loads it), or neither when there is no table. Returns whether anything (would have) changed."""
         if not self.boot:
             return False
-        unit = "hybridgpu-nft-%s.service" % self.table
-        unit_path = os.path.join(self.unit_dir, unit)
-        copy = self._file("boot.nft")
+        boot = nft.BootCopy(self.run, self.table, self.nft_binary, self._file("boot.nft"), self.unit_dir,
+                            what="the provider firewall", copy_mode=0o600, dir_mode=0o750)
         rc, out, dummy = self.run(["nft", "list", "table", "inet", self.table])
-        if rc != 0:
-            present = [path for path in (unit_path, copy) if os.path.exists(path)]
-            if present and not check_mode:
-                self.run(["systemctl", "disable", unit])
-                for path in present:
-                    os.unlink(path)
-                self._systemctl("daemon-reload")
-            return bool(present)
-        text = "table inet %s {}\ndelete table inet %s\n%s" % (self.table, self.table, out)
-        unit_text = BOOT_UNIT % {"table": self.table, "path": copy, "nft": self.nft_binary}
-        current_unit = _read_path(unit_path)
-        enabled = current_unit is not None and self.run(["systemctl", "is-enabled", "--quiet", unit])[0] == 0
-        if _COUNTER.sub("counter", self._read("boot.nft") or "") == _COUNTER.sub("counter", text) \
-                and current_unit == unit_text and enabled:
-            return False
-        if not check_mode:
-            self._write("boot.nft", text)
-            if current_unit != unit_text:
-                files.write(unit_path, unit_text, mode=0o644)
-                self._systemctl("daemon-reload")
-            self._systemctl("enable", unit)
-        return True
+        try:
+            if rc != 0:
+                return boot.remove(check_mode)
+            return boot.write(nft.boot_text(self.table, out), check_mode)
+        except nft.BootError as err:
+            raise base.ProviderError(str(err))
 
     def _delete(self, state):
         if state["firewall"] is not None:
