@@ -1,6 +1,7 @@
 """Integration tests against the podman lab. A session fixture brings the lab up when it is
 not already up, and leaves it running (`tests/lab/lab down` is the CI script's job)."""
 import fcntl
+import json
 import os
 import subprocess
 import sys
@@ -53,6 +54,15 @@ def ssh(name, command, timeout=30, check=True):
         assert res.returncode == 0, "ssh %s %r failed (rc=%d): %s" % (
             name, command, res.returncode, res.stderr)
     return res
+
+
+def guard_members():
+    """The API guard's members on the lab host (api-front), or None without the table."""
+    res = subprocess.run(["nft", "-j", "list", "set", "inet", "hybridgpu_api_guard", "members"],
+                         capture_output=True, text=True, check=False)
+    if res.returncode != 0:
+        return None
+    return [e for item in json.loads(res.stdout)["nftables"] for e in item.get("set", {}).get("elem", [])]
 
 
 def podman_exec(name, *cmd, timeout=30):

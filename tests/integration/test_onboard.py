@@ -12,7 +12,7 @@ import subprocess
 import pytest
 import yaml
 
-from conftest import ROOT, podman_exec, ssh
+from conftest import ROOT, guard_members, podman_exec, ssh
 
 pytestmark = pytest.mark.lab
 
@@ -337,15 +337,6 @@ def test_node_credential_cannot_change_restricted_labels_or_taints(onboarded):
 
 
 ADDRESSES = {"owned-a100-1": "10.213.77.11", "owned-a100-2": "10.213.77.12", "owned-l40s-1": "10.213.77.13"}
-
-
-def guard_members():
-    """The API guard's members on the lab host (api-front), or None without the table."""
-    res = subprocess.run(["nft", "-j", "list", "set", "inet", "hybridgpu_api_guard", "members"],
-                         capture_output=True, text=True, check=False)
-    if res.returncode != 0:
-        return None
-    return [e for item in json.loads(res.stdout)["nftables"] for e in item.get("set", {}).get("elem", [])]
 
 
 def api_connects(node, timeout=5):

@@ -16,7 +16,7 @@ import subprocess
 import pytest
 import yaml
 
-from conftest import ROOT, ssh
+from conftest import ROOT, guard_members, ssh
 from lifecycle_lab import approvers, kube, lab_lock, node_state, playbook, recap, signed_record  # noqa: F401  pylint: disable=unused-import
 
 pytestmark = pytest.mark.lab
@@ -120,15 +120,6 @@ def retry_from_node(cert):
         return res.stdout.strip() or res.stderr.strip()
     finally:
         ssh(NODE, "rm -f /root/hgpu-retry.pem /root/hgpu-retry.py", check=False)
-
-
-def guard_members():
-    """The API guard's members on the lab host (api-front), or None without the table."""
-    res = subprocess.run(["nft", "-j", "list", "set", "inet", "hybridgpu_api_guard", "members"],
-                         capture_output=True, text=True, check=False)
-    if res.returncode != 0:
-        return None
-    return [e for item in json.loads(res.stdout)["nftables"] for e in item.get("set", {}).get("elem", [])]
 
 
 def remove(setup, record, *args, **extra):
