@@ -537,8 +537,11 @@ class Site:
         if limit:
             kwargs["limit"] = limit
         if isolated:
+            # AWX's own container options come first (build_execution_environment_params of
+            # awx/main/tasks/jobs.py): the job runs as root in the EE, which under AWX's rootless
+            # podman is the execution node's awx user, the owner of the private data directory.
             kwargs.update(process_isolation=True, process_isolation_executable="podman",
-                          container_image=self.ee_image, container_options=self.container_options)
+                          container_image=self.ee_image, container_options=["--user=root"] + self.container_options)
         if isolated:
             # ansible-runner's command-line automounts (the caller's ~/.ssh, SSH_AUTH_SOCK) are not
             # part of an AWX job: the container sees only what the credentials inject.

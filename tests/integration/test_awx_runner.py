@@ -30,6 +30,7 @@ import datetime
 import glob
 import json
 import os
+import re
 import sqlite3
 import subprocess
 import sys
@@ -93,7 +94,9 @@ def credentials(ssh_key=None):
 
 def make_site(ee, work, user="ops-lead", ssh_key=None, mounts=(), boundary=None, definitions=None):
     os.makedirs(RECORDS, exist_ok=True)
-    opts = ["--network", config.NETWORK]
+    # The execution node's network and raw sockets, as docs/awx.md tells a site to set AWX's
+    # DEFAULT_CONTAINER_RUN_OPTIONS: preflight binds its time responder to the control address.
+    opts = ["--network", "host", "--cap-add", "NET_RAW"]
     for path, mode in [(config.LAB_DIR, "ro"), (config.LAB_SRC, "ro"),
                        (os.path.join(ROOT, "inventories", "lab"), "ro"), (RECORDS, "rw")] + [(m, "ro") for m in mounts]:
         opts += ["-v", "%s:%s:%s" % (path, path, mode)]
@@ -197,8 +200,23 @@ def test_overflow_history_and_warm_shared_run(site, overflow_lab):
     job = site.launch_job("hybridgpu overflow history", extra_vars={"overflow_history_source": "kubernetes"})
     assert job.status == "successful", out(job)
     assert set(glob.glob(os.path.join(RECORDS, "overflow-history", "*.json"))) - before
-    warm = site.launch_job("hybridgpu overflow warm shared datasets")
-    assert warm.status == "successful", out(warm)
+    # The shared datasets are the site's: the administrator names them on the AWX inventory, on a
+    # path every job's container mounts (here the persistent records path).
+    shared = os.path.join(RECORDS, "datasets", "awx-shared.bin")
+    os.makedirs(os.path.dirname(shared), exist_ok=True)
+    with open(shared, "wb") as fh:
+        fh.write(os.urandom(200_000))
+    site.set_inventory_vars(hgpu_overflow_shared_datasets=[{"name": "awx-shared.bin", "path": shared}])
+    try:
+        first = site.launch_job("hybridgpu overflow warm shared datasets")
+        assert first.status == "successful", out(first)
+        # Sent when absent from the store, refreshed when an earlier run left other bytes there.
+        assert re.search(r"awx-shared.bin: (sent|refreshed), 200000 bytes", first.stdout), out(first)
+        again = site.launch_job("hybridgpu overflow warm shared datasets")
+        assert again.status == "successful", out(again)
+        assert "awx-shared.bin: warm" in again.stdout, out(again)
+    finally:
+        site._inventory["all"]["vars"].pop("hgpu_overflow_shared_datasets", None)
 
 
 # --- schedules and a failing node ----------------------------------------------------------
