@@ -1,6 +1,6 @@
 # hybridgpu.fleet: set-up, the lab, the main job and the tests.
 #   make demo   bring the embedded lab up and run the main job (a wave) on it
-#   make test   everything CI runs: unit, API conformance, lab integration, Molecule
+#   make test   everything CI runs: unit, API conformance, quality, lab integration, Molecule
 #   make soak   the long property and fuzz runs (not in CI)
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
@@ -73,7 +73,9 @@ molecule: lab-up
 quality: venv
 	bash tests/quality.sh
 
-test: unit conformance integration molecule quality
+# The lab comes up in the background while unit, conformance and quality run (tests/run_test_stages.sh).
+test: venv
+	bash tests/run_test_stages.sh
 
 bench: lab-up
 	@for b in bench/*.py; do echo "== $$b"; $(BIN)/python $$b; done
