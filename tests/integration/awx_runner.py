@@ -422,7 +422,7 @@ class Site:
 
     def __init__(self, definitions, project_dir, inventory_source, credentials, work_dir, ee_image=None,
                  container_options=(), envvars=None, user="admin", inventory_drop_vars=(), project_files=None,
-                 collections_path=None, timeout=900):
+                 collections_path=None, timeout=900, inventory_drop_hosts=()):
         self.defs = definitions
         self.project_dir, self.inventory_source = project_dir, inventory_source
         self.credentials = credentials
@@ -431,6 +431,7 @@ class Site:
         self.envvars = dict(envvars or {})
         self.user = user
         self.inventory_drop_vars = set(inventory_drop_vars)
+        self.inventory_drop_hosts = set(inventory_drop_hosts)
         self.project_files = project_files
         self.collections_path = collections_path
         self.timeout = timeout
@@ -456,6 +457,10 @@ class Site:
             if name != "_meta" and isinstance(group, dict):
                 for var in self.inventory_drop_vars:
                     (group.get("vars") or {}).pop(var, None)
+                if self.inventory_drop_hosts and "hosts" in group:
+                    group["hosts"] = [h for h in group["hosts"] if h not in self.inventory_drop_hosts]
+        for host in self.inventory_drop_hosts:
+            (data.get("_meta") or {}).get("hostvars", {}).pop(host, None)
         self._inventory = data
         return data
 

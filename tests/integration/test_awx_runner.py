@@ -17,14 +17,14 @@ The lab's own files that its inventory names (.lab: kubeconfig, CA, lab keys, kn
 pinned boundary signer; tests/lab: job classes, the drill script) are mounted read-only at
 their own paths, as a site bakes its equivalents into the EE or mounts them.
 
-Not slow (about 3 minutes with the EE image built, 1 more to build it): smoke (one node),
-preflight -> report with set_stats and records across jobs, the overflow check twice (its
+In make test (a few minutes with the EE image built, about one more to build it): smoke (one
+node), preflight -> report with set_stats and records across jobs, the overflow check twice (its
 tracker survives), the overflow history and warm-shared templates, the scheduled wave workflow
 with a failing first node, the three approval workflows refused for an unsigned and a
-foreign-signed record, and the member revocation released by a signed record.
-Slow (tens of minutes; onboarding, six-step validation, a driver upgrade, a removal with
-re-onboarding, the overflow drill): the full wave workflow, onboard / validate / wave on one
-node, the overflow move of a real Slurm job, and the drill.
+foreign-signed record, the member revocation released by a signed record, and the whole wave
+workflow (preflight -> NCCL baseline -> onboard -> validate -> report) from the EE's installed copy.
+Marked long (make integration-long; many minutes each): the driver upgrade released by a signed
+record, onboard / validate / wave on one node, the overflow move of a real Slurm job, the drill.
 """
 import datetime
 import glob
@@ -60,6 +60,10 @@ import lifecycle_support as ls  # noqa: E402
 SIGN = os.path.join(ROOT, "bin", "hgpu-sign-change")
 NODE = "owned-a100-1"
 DROP = ["ansible_user", "ansible_ssh_private_key_file", "hgpu_kubeconfig"]
+# The lab machine stands in for the API's load balancer (api-front, a local connection). A job's
+# container cannot manage the machine it runs on, and a site reaches its guard hosts over SSH, so
+# the AWX inventory leaves it out: no guard hosts, onboarding keeps the members the lab has.
+DROP_HOSTS = ["api-front"]
 
 # Fixtures shared with the lifecycle tests: the destructive-test lock, and the revocation test's
 # member (objects in both clusters and a login key on a node, listed in a signed boundary).
@@ -102,7 +106,8 @@ def make_site(ee, work, user="ops-lead", ssh_key=None, mounts=(), boundary=None,
         opts += ["-v", "%s:%s:%s" % (path, path, mode)]
     site = ar.Site(definitions or ar.Definitions(os.path.join(ROOT, "awx")), ROOT, config.INVENTORY,
                    credentials(ssh_key), str(work), ee_image=ee, container_options=opts, user=user,
-                   inventory_drop_vars=DROP, project_files=["ansible.cfg", "playbooks", "awx", "inventories"],
+                   inventory_drop_vars=DROP, inventory_drop_hosts=DROP_HOSTS,
+                   project_files=["ansible.cfg", "playbooks", "awx", "inventories"],
                    timeout=1800)
     # The AWX inventory's own variables (awx/controller.yml): the site folder where the job's
     # container holds the project, and the records on the persistent path.
@@ -333,7 +338,7 @@ def test_a_signed_record_releases_the_member_revocation(ee, member, tmp_path):
     assert again.nodes["revoke"].status == "failed", out(again.nodes["revoke"].job)
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_a_signed_record_releases_the_driver_upgrade(ee, setup, tmp_path):
     """The approval workflow in front of upgrade_rehearsal.yml, launched by ops-oncall with a
     record ops-lead signed: approved, the job moves the node to 550 (its matrix row from the
@@ -352,15 +357,29 @@ def test_a_signed_record_releases_the_driver_upgrade(ee, setup, tmp_path):
 
 # --- slow: the long templates --------------------------------------------------------------
 
-@pytest.mark.slow
-def test_the_wave_workflow_hands_each_step_on(site):
-    """preflight -> onboard -> validate -> report on wave1 (the lab's owned nodes are onboarded
-    already, so onboarding reruns idempotently; validation runs the six steps on every node)."""
+# The collection as the EE installed it from the tarball (ansible-builder's galaxy step).
+EE_COLLECTION = "/usr/share/ansible/collections/ansible_collections/hybridgpu/fleet/"
+
+
+def task_paths(jobs):
+    """The files of every task the jobs ran (ansible-runner's events carry each task's path)."""
+    return {(e.get("event_data") or {}).get("task_path", "").rsplit(":", 1)[0]
+            for job in jobs for e in job.events if (e.get("event_data") or {}).get("task_path")}
+
+
+def test_the_wave_workflow_hands_each_step_on(site, lab_lock):
+    """preflight -> NCCL baseline -> onboard -> validate -> report on wave1, every role and module
+    from the collection the EE installed from its tarball (the project holds only playbooks).
+    The baselines are measured on the persistent path (none there yet), the lab's owned nodes
+    are onboarded already so onboarding reruns, validation runs on every node."""
     run = site.launch_workflow("hybridgpu wave1")
-    assert run.order == ["preflight", "onboard", "validate", "report"], \
+    assert run.order == ["preflight", "baseline", "onboard", "validate", "report"], \
         [(i, n.status) for i, n in run.nodes.items()]
     assert run.status == "successful", out(run.nodes[run.order[-1]].job)
     jobs = {i: run.nodes[i].job for i in run.order}
+    assert jobs["baseline"].extra_vars["baseline_hosts"] == "wave1"
+    groups = jobs["baseline"].artifacts["hgpu_baselines"]
+    assert groups and all(os.path.exists(os.path.join(RECORDS, "baselines", g + ".json")) for g in groups), groups
     assert jobs["onboard"].extra_vars["onboard_wave"] == "wave1"
     assert jobs["onboard"].extra_vars["hgpu_preflight"] == jobs["preflight"].artifacts["hgpu_preflight"]
     assert "wave1" in jobs["onboard"].artifacts["hgpu_onboarded"]
@@ -372,8 +391,24 @@ def test_the_wave_workflow_hands_each_step_on(site):
         record = json.load(fh)
     assert all(s["status"] == "passed" for s in record["stages"].values()), record["stages"]
 
+    # Every role task came from the EE's installed copy; the playbooks from the project.
+    paths = task_paths(jobs.values())
+    roles = sorted(p for p in paths if "/roles/" in p)
+    assert roles and all(p.startswith(EE_COLLECTION) for p in roles), roles
+    assert any("/roles/onboard/" in p for p in roles) and any("/roles/validate/" in p for p in roles), roles
+    assert all(p.startswith(EE_COLLECTION) or p.startswith("/runner/project/playbooks/") for p in paths), sorted(paths)
 
-@pytest.mark.slow
+    # Real state: the owned Nodes carry the placement label and taint in the onprem API.
+    from ansible_collections.hybridgpu.fleet.plugins.module_utils.common.k8s import Kube
+    kube = Kube({"kubeconfig": os.path.join(config.LAB_DIR, "k8s", "kubeconfig"), "context": "onprem"})
+    for name in (n["name"] for n in config.NODES if n["role"] == "owned"):
+        obj = kube.get_node(name)
+        assert obj["metadata"]["labels"].get("node-restriction.kubernetes.io/data-class") == "restricted", name
+        taints = [{k: t.get(k) for k in ("key", "value", "effect")} for t in obj["spec"].get("taints") or []]
+        assert {"key": "hybridgpu.io/owned", "value": "true", "effect": "PreferNoSchedule"} in taints, taints
+
+
+@pytest.mark.long
 @pytest.mark.parametrize("template, answers", [
     ("hybridgpu onboard", {"onboard_wave": "wave1"}),
     ("hybridgpu validate", {"validate_hosts": "wave1"}),
@@ -385,7 +420,7 @@ def test_the_long_templates_run_on_one_node(site, template, answers):
     assert NODE in job.recap()
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_overflow_move_moves_a_slurm_job(site, overflow_lab):
     sys.path.insert(0, os.path.join(config.LAB_SRC, "overflow"))
     import drill
@@ -404,7 +439,7 @@ def test_overflow_move_moves_a_slurm_job(site, overflow_lab):
         q.run("scancel -n %s; scancel -n %s" % (blocker, name), check=False)
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_overflow_drill_runs(site, overflow_lab):
     job = site.launch_job("hybridgpu overflow drill")
     assert job.status == "successful", out(job)
