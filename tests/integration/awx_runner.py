@@ -422,7 +422,7 @@ class Site:
 
     def __init__(self, definitions, project_dir, inventory_source, credentials, work_dir, ee_image=None,
                  container_options=(), envvars=None, user="admin", inventory_drop_vars=(), project_files=None,
-                 collections_path=None, timeout=900):
+                 collections_path=None, timeout=900, inventory_drop_hosts=()):
         self.defs = definitions
         self.project_dir, self.inventory_source = project_dir, inventory_source
         self.credentials = credentials
@@ -431,6 +431,7 @@ class Site:
         self.envvars = dict(envvars or {})
         self.user = user
         self.inventory_drop_vars = set(inventory_drop_vars)
+        self.inventory_drop_hosts = set(inventory_drop_hosts)
         self.project_files = project_files
         self.collections_path = collections_path
         self.timeout = timeout
@@ -456,6 +457,10 @@ class Site:
             if name != "_meta" and isinstance(group, dict):
                 for var in self.inventory_drop_vars:
                     (group.get("vars") or {}).pop(var, None)
+                if self.inventory_drop_hosts and "hosts" in group:
+                    group["hosts"] = [h for h in group["hosts"] if h not in self.inventory_drop_hosts]
+        for host in self.inventory_drop_hosts:
+            (data.get("_meta") or {}).get("hostvars", {}).pop(host, None)
         self._inventory = data
         return data
 
@@ -537,8 +542,11 @@ class Site:
         if limit:
             kwargs["limit"] = limit
         if isolated:
+            # AWX's own container options come first (build_execution_environment_params of
+            # awx/main/tasks/jobs.py): the job runs as root in the EE, which under AWX's rootless
+            # podman is the execution node's awx user, the owner of the private data directory.
             kwargs.update(process_isolation=True, process_isolation_executable="podman",
-                          container_image=self.ee_image, container_options=self.container_options)
+                          container_image=self.ee_image, container_options=["--user=root"] + self.container_options)
         if isolated:
             # ansible-runner's command-line automounts (the caller's ~/.ssh, SSH_AUTH_SOCK) are not
             # part of an AWX job: the container sees only what the credentials inject.

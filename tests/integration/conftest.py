@@ -75,7 +75,7 @@ def podman_exec(name, *cmd, timeout=30):
 # Each test still sets up and restores what it needs; the order only keeps the run realistic.
 ORDER = ["test_lablib", "test_nodes", "test_nft", "test_k8s", "test_lifecycle", "test_preflight",
          "test_onboard", "test_validate", "test_upgrade", "test_removal", "test_boundary_revocation",
-         "test_overflow", "test_installed_collection", "test_ee"]
+         "test_overflow", "test_awx_runner", "test_installed_collection", "test_ee"]
 
 # Lanes for `pytest -n N --dist loadgroup` (make integration): files that share no node run
 # beside the estate. Overflow uses the Slurm controller, the storage host and its own namespaces

@@ -7,6 +7,7 @@ folder build/ee/ and podman's layer cache are kept between runs: only the collec
 is rebuilt when the checkout changes. Inside the image, `ansible-playbook --syntax-check`
 runs on every playbook of the installed collection.
 """
+import fcntl
 import glob
 import os
 import shutil
@@ -78,6 +79,19 @@ def test_ee_definition_pins_what_the_control_host_runs():
 
 @pytest.fixture(scope="module")
 def ee_image(lab):
+    return build_ee_image()
+
+
+def build_ee_image():
+    """Build TAG from this checkout (also used by test_awx_runner.py); needs the lab's base image.
+    Two lanes building at once take turns on a lock in the work folder."""
+    os.makedirs(WORK, exist_ok=True)
+    with open(os.path.join(WORK, "build.lock"), "a+") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _build()
+
+
+def _build():
     from lablib import image  # noqa: E402  (tests/lab is on sys.path via conftest)
     base = image.base_ref()
     assert image.image_exists(base), "lab base image %s missing: run tests/lab/lab up" % base

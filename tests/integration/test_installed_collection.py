@@ -1,6 +1,7 @@
 """Run the collection the way a user installs it: build the tarball, install it into an
-empty collections path, and run the lab playbooks from the installed copy: smoke, then a
-whole wave (preflight, NCCL baseline, onboarding, the six validation steps, wave record).
+empty collections path, syntax-check every playbook of the installed copy and run smoke from it.
+A whole wave from an installed copy runs in test_awx_runner.py: the AWX wave workflow in the
+execution environment, whose collection ansible-builder installed from the same tarball.
 
 Nothing here reads the checkout at run time except the lab inventory (the user's data):
 ansible-playbook runs in an empty working directory with an ansible.cfg that has the
@@ -9,7 +10,6 @@ ANSIBLE_COLLECTIONS_PATH names only the install directory.
 """
 import configparser
 import glob
-import json
 import os
 import re
 import subprocess
@@ -18,7 +18,6 @@ import sys
 import pytest
 
 from conftest import config
-from lifecycle_lab import lab_lock  # noqa: F401  pylint: disable=unused-import
 
 pytestmark = pytest.mark.lab
 
@@ -125,72 +124,3 @@ def test_run_from_installed_copy(installed, playbook):
     assert re.search(r"failed=[1-9]|unreachable=[1-9]", recap) is None, recap
     for node in config.NODES:
         assert node["name"] in recap, recap
-
-
-# The wave as the main job runs it (tests/lab/demo.py): step 5 reads the lab's Prometheus and
-# sees an Xid induced on one node, step 6 cuts one node's management link.
-WAVE_VARS = {"wave": "wave1", "wave_link_nodes": ["owned-a100-2"], "validate_fault_node": "owned-a100-2",
-             "validate_prometheus_url": "http://127.0.0.1:9090"}
-
-
-def test_wave_from_installed_copy(installed, lab_lock):
-    """The lab wave, every playbook and role coming from the installed tarball."""
-    dest, env, work = installed
-    records = work / "records"
-    extra = work / "wave-vars.json"
-    extra.write_text(json.dumps(WAVE_VARS))
-    # The records folder is pinned in the inventory (a launcher may not choose it): a second
-    # inventory source sets this run's own, as a site's group_vars would.
-    overlay = work / "records-inventory.yml"
-    overlay.write_text(json.dumps({"all": {"vars": {"hgpu_records_dir": str(records)}}}))
-    env = dict(env, ANSIBLE_INVENTORY="%s,%s" % (env["ANSIBLE_INVENTORY"], overlay))
-    res = _run([os.path.join(BIN, "ansible-playbook"), "-vv", "hybridgpu.fleet.wave", "-e", "@%s" % extra],
-               cwd=str(work), env=env, timeout=1500)
-    out = res.stdout + res.stderr
-    recap = out[out.rfind("PLAY RECAP"):]
-    assert res.returncode == 0, out[-8000:]
-    assert re.search(r"failed=[1-9]|unreachable=[1-9]", recap) is None, recap
-    installed_root = str(dest / "ansible_collections" / "hybridgpu" / "fleet")
-    assert os.path.join(installed_root, "playbooks", "wave.yml") in out, out[:3000]
-    assert ROOT + "/playbooks" not in out and ROOT + "/roles" not in out
-    # Every task that ran came from the installed copy (-vv prints each task's file).
-    task_files = set(re.findall(r"^task path: (\S+):\d+$", out, re.M))
-    assert task_files and all(p.startswith(installed_root + "/") for p in task_files), \
-        sorted(p for p in task_files if not p.startswith(installed_root + "/"))
-    assert any("/roles/onboard/" in p for p in task_files) and any("/roles/validate/" in p for p in task_files)
-    assert "reset_connection task does not support when" not in out
-    wave_nodes = [n["name"] for n in config.NODES if n["role"] == "owned"]
-    for node in wave_nodes:
-        assert node in recap, recap
-
-    # The records a person reads, written where the run said (not in the checkout, not in
-    # the installed collection).
-    with open(records / "wave1" / "preflight.json") as fh:
-        preflight = json.load(fh)
-    assert preflight["verdicts"], preflight.keys()
-    with open(records / "validation" / "wave1" / "wave.json") as fh:
-        wave = json.load(fh)
-    assert wave["passed"], json.dumps(wave, indent=1)[:4000]
-    assert sorted(n["node"] for n in wave["nodes"]) == sorted(wave_nodes)
-    assert all(n["passed"] for n in wave["nodes"]), wave["nodes"]
-    ran = set()
-    for node in wave_nodes:
-        with open(records / "validation" / "wave1" / ("validate-%s.json" % node)) as fh:
-            rec = json.load(fh)
-        assert rec["passed"] and all(st["passed"] for st in rec["steps"]), rec
-        ran.update(st["step"] for st in rec["steps"])
-        assert (records / "manifests" / ("%s.json" % node)).exists()
-    # All six steps ran somewhere in the wave (step 6 only on the link node).
-    assert ran == {"inventory", "reference_job", "collectives", "placement", "telemetry", "link_interruption"}, ran
-    assert not os.path.exists(os.path.join(installed_root, "records"))
-
-    # Real state: the Nodes carry the placement labels and taint in the onprem API.
-    from ansible_collections.hybridgpu.fleet.plugins.module_utils.common.k8s import Kube
-    kube = Kube({"kubeconfig": os.path.join(config.LAB_DIR, "k8s", "kubeconfig"), "context": "onprem"})
-    for node in wave_nodes:
-        obj = kube.get_node(node)
-        labels = obj["metadata"]["labels"]
-        assert labels.get("node-restriction.kubernetes.io/data-class") == "restricted", labels
-        taints = obj["spec"].get("taints") or []
-        assert {"key": "hybridgpu.io/owned", "value": "true", "effect": "PreferNoSchedule"} in \
-            [{k: t.get(k) for k in ("key", "value", "effect")} for t in taints], taints

@@ -3,7 +3,7 @@
 We cannot run AWX here, so this checks the structure: every template points at an existing
 playbook and every playbook has a template; survey variables are inputs the playbook declares
 (docs/playbook-inputs.md) with a matching type; destructive templates ask for the signed change
-record; wave workflows run preflight -> onboard -> validate -> report; the removal workflow
+record; wave workflows run preflight -> NCCL baseline -> onboard -> validate -> report; the removal workflow
 holds an approval node before the removal job; no playbook prompts or pauses for a person; the
 playbooks a workflow chains hand their results on with set_stats. Each test lists every
 offending file so they can all be fixed in one go.
@@ -516,10 +516,10 @@ def _chain(nodes):
 
 
 @pytest.mark.parametrize("wave", DATA["awx_waves"])
-def test_wave_workflow_runs_preflight_onboard_validate_report(wave):
+def test_wave_workflow_runs_preflight_baseline_onboard_validate_report(wave):
     chain = _chain(_wave_nodes(wave))
     playbooks = [_playbook_of(BY_NAME[n["unified_job_template"]["name"]]) for n in chain]
-    assert [p[:-4] for p in playbooks] == ["preflight", "onboard", "validate", "wave_record"], playbooks
+    assert [p[:-4] for p in playbooks] == ["preflight", "baseline", "onboard", "validate", "wave_record"], playbooks
     bad = []
     for n in chain:
         t = BY_NAME[n["unified_job_template"]["name"]]
