@@ -22,7 +22,7 @@ import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
-from .s3_transfer import Digest, StopUpload, Window, b64, put_single, unfinished_parts, _reusable
+from .s3_transfer import Digest, StopUpload, Window, b64, put_single, unfinished_parts, reusable_part
 
 
 class UploadFailed(StopUpload):
@@ -85,11 +85,12 @@ class Batch(object):
         # the pool has ended: every part and completion handed to it has run
         if self.error is not None:
             self._abort_open()
-            raise self.error
-        if stop is not None:
-            kept = [f for f in self.files if f.keep]
+        stop = self.error if self.error is not None else stop
+        if isinstance(stop, StopUpload):    # what the store keeps for the next try
+            kept = [f for f in self.files if f.keep and not f.completed]
             stop.parts_done = sum(f.out["parts_sent"] for f in kept)
             stop.bytes_done = sum(f.out["sent"] for f in kept)
+        if stop is not None:
             raise stop
         return self.outs
 
@@ -152,7 +153,7 @@ class Batch(object):
                 if not data and number:
                     break
                 number += 1
-                digest = _reusable(f.have.get(number), data)
+                digest = reusable_part(f.have.get(number), data)
                 f.dig.add_part(data, digest or b"")
                 if digest:
                     with self.lock:

@@ -21,7 +21,8 @@ another through the same streams without a pause between them; what landed must 
 holds (and the `sha256` metadata when the writer set it). A mismatch fetches the object once more; a second
 mismatch refuses the return as corrupt and removes what landed, so nothing is committed. The result's
 checksum is the tree digest of the landed files (rsync_stager.tree_digest's format).
-One stream set (a pool of `streams` connections) carries all files of one call. Throughput is
+One stream set (a pool of `streams` connections) carries all files of one call; uploads go as one stream
+of parts (s3_send), the next file's parts starting while the previous file's last ones are in flight. Throughput is
 sustained: bytes sent / wall time of the whole call, checksums included.
 """
 from __future__ import annotations

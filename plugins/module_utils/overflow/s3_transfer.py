@@ -158,7 +158,7 @@ def unfinished_parts(client, bucket, key):
     return upload_id, parts
 
 
-def _reusable(have, data):
+def reusable_part(have, data):
     """The part's digest when the listed part can stay (same size, and same SHA-256 where the store lists
     one), else None."""
     if not have or have.get("Size") != len(data):
