@@ -21,7 +21,8 @@ another through the same streams without a pause between them; what landed must 
 holds (and the `sha256` metadata when the writer set it). A mismatch fetches the object once more; a second
 mismatch refuses the return as corrupt and removes what landed, so nothing is committed. The result's
 checksum is the tree digest of the landed files (rsync_stager.tree_digest's format).
-One stream set (a pool of `streams` connections) carries all files of one call. Throughput is
+One stream set (a pool of `streams` connections) carries all files of one call; uploads go as one stream
+of parts (s3_send), the next file's parts starting while the previous file's last ones are in flight. Throughput is
 sustained: bytes sent / wall time of the whole call, checksums included.
 """
 from __future__ import annotations
@@ -33,7 +34,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from . import backends
-from . import s3_fetch, s3_transfer as xfer
+from . import s3_fetch, s3_send, s3_transfer as xfer
 from .remote import UnsafeName, check_name
 
 try:
@@ -139,7 +140,6 @@ class S3Stager(backends.Stager):
         try:
             self._stage(job_id, inputs, stats)
         except xfer.StopUpload as exc:
-            stats["bytes_sent"] += exc.bytes_done
             self.last = self._finish(stats, t0)
             raise backends.TransferInterrupted("upload for %s stopped: %s" % (job_id, exc), done_bytes=exc.bytes_done)
         except (BotoCoreError, ClientError) as exc:
@@ -150,9 +150,10 @@ class S3Stager(backends.Stager):
 
     def _stage(self, job_id, inputs, stats):
         sent = []
-        with ThreadPoolExecutor(self.streams) as pool:
-            window = xfer.Window(2 * self.streams)
-            singles = []
+
+        def todo():
+            # checked one at a time, as the stream set takes them: the next file's check overlaps the
+            # previous file's parts
             for it in inputs:
                 key, size = self._key_of(job_id, it), os.path.getsize(it["path"])
                 stored = self._stored(key)
@@ -171,25 +172,19 @@ class S3Stager(backends.Stager):
                     stop = self.interrupt_after_parts
                     if stop is None:
                         stop = max(1, -(-size // self.part_size) // 2) if size > self.part_size else 0
-                if size <= self.part_size:
-                    if stop == 0:
-                        raise xfer.StopUpload("interrupted before %s was sent" % key)
-                    singles.append((it, key, window.submit(pool, xfer.put_single, self.client, self.bucket, key,
-                                                           it["path"])))
-                    continue
-                try:
-                    got = xfer.put_multipart(self.client, pool, window, self.bucket, key, it["path"], self.part_size,
-                                             stop_after=stop)
-                except xfer.StopUpload:
-                    for dummy, dummy_key, done in sent:
-                        self._count(stats, done)
-                    raise
-                sent.append((it, key, got))
-            sent += [(it, key, fut.result()) for it, key, fut in singles]
-        for it, key, got in sent:
-            self._count(stats, got)
+                sent.append((it, key))
+                yield key, it["path"], stop, None
+
+        batch = s3_send.Batch(self.client, self.bucket, self.part_size, self.streams)
+        try:
+            batch.send(todo())
+        finally:
+            for got in batch.outs:
+                self._count(stats, got)
+        for (it, key), got in zip(sent, batch.outs):
             stats["sha256"][it["name"]] = got["digest"].hexdigest()
-        bad = [key for it, key, got in sent if (self._stored(key) or {}).get("checksum") != got["digest"].stored_form()]
+        bad = [key for (it, key), got in zip(sent, batch.outs)
+               if (self._stored(key) or {}).get("checksum") != got["digest"].stored_form()]
         if bad:
             for key in bad:
                 self.client.delete_object(Bucket=self.bucket, Key=key)
@@ -236,7 +231,7 @@ class S3Stager(backends.Stager):
         key, size = self._image_key(name), os.path.getsize(path)
         try:
             return self._ensure_image(job_id, image, key, path, size)
-        except (BotoCoreError, ClientError) as exc:
+        except (BotoCoreError, ClientError, xfer.StopUpload) as exc:
             raise backends.TransferInterrupted("image %s for %s: %s" % (name, job_id, exc))
 
     def _ensure_image(self, job_id, image, key, path, size):
@@ -256,12 +251,7 @@ class S3Stager(backends.Stager):
             self.last_image = dict(out)
             return out
         t0 = time.monotonic()
-        with ThreadPoolExecutor(self.streams) as pool:
-            if size <= self.part_size:
-                got = xfer.put_single(self.client, self.bucket, key, path)
-            else:
-                got = xfer.put_multipart(self.client, pool, xfer.Window(2 * self.streams), self.bucket, key, path,
-                                         self.part_size)
+        got = s3_send.Batch(self.client, self.bucket, self.part_size, self.streams).send([(key, path, None, None)])[0]
         after = (self._stored(key) or {}).get("checksum")
         if after != got["digest"].stored_form() or got["digest"].hexdigest() != dig.hexdigest():
             self.client.delete_object(Bucket=self.bucket, Key=key)
@@ -289,13 +279,8 @@ class S3Stager(backends.Stager):
                 full = os.path.join(dirpath, f)
                 rel = os.path.relpath(full, root)
                 items.append((self.output_prefix(job_id, attempt_id) + rel, full, (manifest or {}).get(rel)))
-        with ThreadPoolExecutor(self.streams) as pool:
-            window = xfer.Window(2 * self.streams)
-            for key, full, sha256 in items:
-                if os.path.getsize(full) <= self.part_size:
-                    xfer.put_single(self.client, self.bucket, key, full)
-                else:
-                    xfer.put_multipart(self.client, pool, window, self.bucket, key, full, self.part_size, sha256=sha256)
+        s3_send.Batch(self.client, self.bucket, self.part_size, self.streams).send(
+            (key, full, None, sha256) for key, full, sha256 in items)
         return [item[0] for item in items]
 
     def _listing(self, prefix):

@@ -158,7 +158,7 @@ def unfinished_parts(client, bucket, key):
     return upload_id, parts
 
 
-def _reusable(have, data):
+def reusable_part(have, data):
     """The part's digest when the listed part can stay (same size, and same SHA-256 where the store lists
     one), else None."""
     if not have or have.get("Size") != len(data):
@@ -166,78 +166,6 @@ def _reusable(have, data):
     digest = hashlib.sha256(data).digest()
     listed = have.get("ChecksumSHA256")
     return digest if listed is None or bare(listed) == b64(digest) else None
-
-
-def put_multipart(client, pool, window, bucket, key, path, part_size, stop_after=None, sha256=None):
-    """Send a file in parts through `pool`, resuming the key's unfinished upload. `sha256`, when the sender
-    knows it beforehand (a checksum manifest), goes in the object's metadata.
-    Returns {"digest", "sent", "reused", "parts_sent", "parts_reused", "resumed"}; raises StopUpload after
-    `stop_after` parts were sent (an injected interruption) or when a part fails."""
-    upload_id, have = unfinished_parts(client, bucket, key)
-    if upload_id and any(p["Size"] != part_size for n, p in have.items() if n < max(have)):
-        client.abort_multipart_upload(Bucket=bucket, Key=key, UploadId=upload_id)
-        upload_id, have = None, {}
-    if upload_id is None:
-        meta = dict({"part-size": str(part_size)}, **({"sha256": sha256} if sha256 else {}))
-        upload_id = client.create_multipart_upload(
-            Bucket=bucket, Key=key, ChecksumAlgorithm="SHA256", Metadata=meta)["UploadId"]
-    dig = Digest(part_size, overlap=True)
-    out = {"sent": 0, "reused": 0, "parts_sent": 0, "parts_reused": 0, "resumed": bool(have)}
-    done = []
-    futures = []
-
-    def send(number, data):
-        digest = hashlib.sha256(data).digest()     # in the stream's own thread, beside the others
-        res = client.upload_part(Bucket=bucket, Key=key, UploadId=upload_id, PartNumber=number, Body=data,
-                                 ChecksumAlgorithm="SHA256", ChecksumSHA256=b64(digest))
-        return {"PartNumber": number, "ETag": res["ETag"], "ChecksumSHA256": b64(digest)}, len(data)
-
-    try:
-        with open(path, "rb") as fh:
-            number = 0
-            while True:
-                data = fh.read(part_size)
-                if not data and number:
-                    break
-                number += 1
-                digest = _reusable(have.get(number), data)
-                dig.add_part(data, digest or b"")
-                if digest:
-                    done.append({"PartNumber": number, "ETag": have[number]["ETag"], "ChecksumSHA256": b64(digest)})
-                    out["reused"] += len(data)
-                    out["parts_reused"] += 1
-                elif stop_after is not None and len(futures) >= stop_after:
-                    _drain(futures, done, out)
-                    raise StopUpload("interrupted after %d parts of %s" % (len(futures), key),
-                                     len(futures), out["sent"])
-                else:
-                    futures.append(window.submit(pool, send, number, data))
-                if len(data) < part_size:
-                    break
-        _drain(futures, done, out)
-    finally:
-        dig.close()
-    done.sort(key=lambda p: p["PartNumber"])
-    for part in done:
-        dig.set_part(part["PartNumber"], base64.b64decode(part["ChecksumSHA256"]))
-    client.complete_multipart_upload(Bucket=bucket, Key=key, UploadId=upload_id, MultipartUpload={"Parts": done})
-    out["digest"] = dig
-    return out
-
-
-def _drain(futures, done, out):
-    errors = []
-    for fut in futures:
-        try:
-            part, size = fut.result()
-        except Exception as exc:  # a failed part stays unsent; the next try sends it
-            errors.append(str(exc))
-            continue
-        done.append(part)
-        out["sent"] += size
-        out["parts_sent"] += 1
-    if errors:
-        raise StopUpload("%d part(s) failed: %s" % (len(errors), errors[0][:300]), out["parts_sent"], out["sent"])
 
 
 def put_single(client, bucket, key, path):

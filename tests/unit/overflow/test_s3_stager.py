@@ -18,7 +18,7 @@ moto_server = pytest.importorskip("moto.server")
 from botocore.response import StreamingBody  # noqa: E402
 
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow import backends  # noqa: E402
-from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow import s3_fetch, s3_stager, s3_transfer  # noqa: E402
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow import s3_fetch, s3_send, s3_stager, s3_transfer  # noqa: E402
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow.rsync_stager import tree_digest  # noqa: E402
 
 MIB = 1024 * 1024
@@ -384,3 +384,174 @@ def test_in_order_hash_of_ranges_that_land_in_any_order():
     for t in threads:
         t.join()
     assert order.hashed() == size and dig.hexdigest() == hashlib.sha256(data).hexdigest()
+
+
+# -- uploads: one stream of parts for all files of a call ------------------------------------------
+
+class Watching(object):
+    """The stager's client with its upload calls logged in the order they start; a hook
+    {call: fn(kwargs, call)} runs in place of the call (`call()` makes the real one)."""
+
+    def __init__(self, client, hooks=None):
+        self.client, self.hooks = client, hooks or {}
+        self.log = []
+        self.lock = threading.Lock()
+
+    def __getattr__(self, name):
+        return getattr(self.client, name)
+
+    def _call(self, name, kwargs):
+        with self.lock:
+            self.log.append((name, kwargs.get("Key"), kwargs.get("PartNumber")))
+
+        def call():
+            return getattr(self.client, name)(**kwargs)
+        hook = self.hooks.get(name)
+        return hook(kwargs, call) if hook else call()
+
+    def upload_part(self, **kwargs):
+        return self._call("upload_part", kwargs)
+
+    def create_multipart_upload(self, **kwargs):
+        return self._call("create_multipart_upload", kwargs)
+
+    def complete_multipart_upload(self, **kwargs):
+        return self._call("complete_multipart_upload", kwargs)
+
+    def abort_multipart_upload(self, **kwargs):
+        return self._call("abort_multipart_upload", kwargs)
+
+    def keys(self, name):
+        return set(k for n, k, p in self.log if n == name)
+
+    def first(self, name, key):
+        return min(i for i, (n, k, p) in enumerate(self.log) if n == name and k == key)
+
+
+def _three(stager, tmp_path, job):
+    """Three files of three parts each (the last one short), their inputs and keys."""
+    paths = [_file(tmp_path, "f%d.bin" % i, 2 * PART + 100 * (i + 1), b"f%d" % i) for i in range(3)]
+    inputs = [{"name": os.path.basename(p), "path": p} for p in paths]
+    return inputs, ["site-a/jobs/%s/inputs/%s" % (job, it["name"]) for it in inputs]
+
+
+def _injected(call):
+    return s3_stager.ClientError({"Error": {"Code": "InternalError", "Message": "injected"}}, call)
+
+
+def test_the_next_files_parts_start_before_the_previous_file_is_completed(stager, tmp_path, monkeypatch):
+    inputs, keys = _three(stager, tmp_path, "job-20")
+    second = threading.Event()
+
+    def part(kwargs, call):
+        if kwargs["Key"] == keys[1]:
+            second.set()
+        if kwargs["Key"] == keys[0] and kwargs["PartNumber"] == 3:
+            second.wait(5)      # the first file's last part stays in flight until the second file's parts run
+        return call()
+    watch = stager.client = Watching(stager.client, {"upload_part": part})
+    # every byte of each file is read once, the SHA-256 computed in that read
+    reads = dict((it["path"], 0) for it in inputs)
+
+    class Counted(object):
+        def __init__(self, path, mode):
+            self.path, self.fh = path, open(path, mode)
+
+        def read(self, size=-1):
+            data = self.fh.read(size)
+            reads[self.path] += len(data)
+            return data
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.fh.close()
+    monkeypatch.setattr(s3_send, "open", Counted, raising=False)
+    got = stager.stage_inputs("job-20", inputs)
+    assert watch.first("upload_part", keys[1]) < watch.first("complete_multipart_upload", keys[0]), \
+        "the second file's parts waited for the first file's completion"
+    assert reads == dict((it["path"], os.path.getsize(it["path"])) for it in inputs)
+    assert got["sha256"] == dict((it["name"], _sha(it["path"])) for it in inputs)
+    assert got["parts_sent"] == 9 and got["bytes_sent"] == sum(reads.values())
+    for it, key in zip(inputs, keys):
+        head = _head(stager, key)
+        assert head["ContentLength"] == os.path.getsize(it["path"]) and head["Metadata"]["part-size"] == str(PART)
+    assert "Uploads" not in stager.client.list_multipart_uploads(Bucket=stager.bucket)
+
+
+def test_a_failure_in_the_middle_aborts_every_open_upload_and_leaves_no_object(stager, tmp_path):
+    inputs, keys = _three(stager, tmp_path, "job-21")
+    started, failed = threading.Event(), threading.Event()
+
+    def part(kwargs, call):
+        if kwargs["Key"] != keys[0]:
+            started.set()
+            failed.wait(5)      # the next files' parts are in flight when the first file's completion fails
+            time.sleep(0.2)
+        return call()
+
+    def complete(kwargs, call):
+        if kwargs["Key"] == keys[0]:
+            started.wait(5)
+            failed.set()
+            raise _injected("CompleteMultipartUpload")
+        return call()
+    watch = stager.client = Watching(stager.client, {"upload_part": part, "complete_multipart_upload": complete})
+    with pytest.raises(backends.TransferInterrupted, match="CompleteMultipartUpload of %s failed" % keys[0]):
+        stager.stage_inputs("job-21", inputs)
+    opened = watch.keys("create_multipart_upload")
+    assert keys[1] in opened and watch.keys("abort_multipart_upload") == opened
+    assert "Uploads" not in stager.client.list_multipart_uploads(Bucket=stager.bucket)
+    assert "Contents" not in stager.client.list_objects_v2(Bucket=stager.bucket, Prefix="site-a/")
+    # the next try sends every file whole
+    stager.client = watch.client
+    got = stager.stage_inputs("job-21", inputs)
+    assert not got["resumed"] and got["parts_sent"] == 9
+    assert got["sha256"] == dict((it["name"], _sha(it["path"])) for it in inputs)
+
+
+def test_a_part_the_store_refuses_keeps_that_upload_for_the_next_try_and_aborts_the_others(stager, tmp_path):
+    inputs, keys = _three(stager, tmp_path, "job-22")
+    first_done, third_opened, failed = threading.Event(), threading.Event(), threading.Event()
+
+    def part(kwargs, call):
+        if kwargs["Key"] == keys[1] and kwargs["PartNumber"] == 2:
+            first_done.wait(5)
+            third_opened.wait(5)
+            failed.set()
+            raise _injected("UploadPart")
+        if kwargs["Key"] == keys[2]:
+            failed.wait(5)
+            time.sleep(0.2)
+        return call()
+
+    def complete(kwargs, call):
+        res = call()
+        if kwargs["Key"] == keys[0]:
+            first_done.set()
+        return res
+
+    def create(kwargs, call):
+        res = call()
+        if kwargs["Key"] == keys[2]:
+            third_opened.set()
+        return res
+    watch = stager.client = Watching(stager.client, {"upload_part": part, "complete_multipart_upload": complete,
+                                                     "create_multipart_upload": create})
+    with pytest.raises(backends.TransferInterrupted, match="UploadPart of %s failed" % keys[1]) as err:
+        stager.stage_inputs("job-22", inputs)
+    assert watch.keys("abort_multipart_upload") == {keys[2]}
+    uploads = stager.client.list_multipart_uploads(Bucket=stager.bucket)["Uploads"]
+    assert [u["Key"] for u in uploads] == [keys[1]]
+    stored = stager.client.list_parts(Bucket=stager.bucket, Key=keys[1], UploadId=uploads[0]["UploadId"])["Parts"]
+    assert 2 not in [p["PartNumber"] for p in stored] and err.value.done_bytes == sum(p["Size"] for p in stored) > 0
+    objects = stager.client.list_objects_v2(Bucket=stager.bucket, Prefix="site-a/")["Contents"]
+    assert [o["Key"] for o in objects] == [keys[0]]
+    # the next try skips the first file, resumes the second and sends the third
+    stager.client = watch.client
+    got = stager.stage_inputs("job-22", inputs)
+    assert got["resumed"] and got["parts_reused"] == len(stored) and got["parts_sent"] == 3 + 3 - len(stored)
+    assert got["bytes_skipped"] == os.path.getsize(inputs[0]["path"]) + err.value.done_bytes
+    assert got["sha256"] == dict((it["name"], _sha(it["path"])) for it in inputs)
+    assert "Uploads" not in stager.client.list_multipart_uploads(Bucket=stager.bucket)
