@@ -10,10 +10,12 @@ module: validation_record
 short_description: Write a node's validation record, or the wave record linking them
 version_added: "0.1.0"
 description:
-  - I(kind=node) writes C(<folder>/validate-<node>.json) with every step verdict of one node.
+  - I(kind=node) writes C(<folder>/validate-<node>.json) with every step verdict of one node, and
+    beside it the self-contained page C(validate-<node>.html) (verdict and reasons first, then each step).
   - I(kind=wave) reads the per-node records of I(nodes) from I(folder) and writes C(wave.json)
-    and a self-contained C(wave.html) that links them.
-  - Files are replaced atomically and left alone when only the C(run) block would change.
+    and a self-contained C(wave.html) that links the nodes' pages.
+  - Files are replaced atomically (page first, then JSON) and left alone when only the C(run) block
+    would change and the page beside the JSON is the one it renders to.
 extends_documentation_fragment:
   - hybridgpu.fleet.attributes
 options:
