@@ -17,7 +17,7 @@ description:
   - Runs where the manifest lives (normally the control host, with C(delegate_to)). The
     returned RV(text) is what a copy on the node should contain.
   - Written atomically (temporary sibling, then rename), together with a self-contained HTML page
-    beside it (C(<node>.html): the node, its baseline and each section's artefacts) rendered from
+    beside it (C(<node>.html), with the node, its baseline and each section's artefacts) rendered from
     the same document. Recording the same artefacts again leaves both files unchanged, so reruns
     report no change; a missing or stale page is written again and reported as a change.
   - With O(created_only), this module decides what onboarding created - packages, users,

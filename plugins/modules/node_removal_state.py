@@ -11,7 +11,7 @@ short_description: Per-node removal state, so an interrupted removal reports its
 version_added: "0.1.0"
 description:
   - Keeps C(<root>/<node>/<change_id>.json) on the control host, with a self-contained HTML page
-    beside it (C(<change_id>.html): node, change, approver, phases done and pending) written with
+    beside it (C(<change_id>.html), with node, change, approver, phases done and pending) written with
     it from the same document; a missing or stale page is written again and reported as a change.
     V(start) snapshots the
     node's onboarding manifest into it and returns the removal plan computed from that

@@ -11,7 +11,7 @@ short_description: Write a driver upgrade record as JSON with a readable page be
 version_added: "0.1.0"
 description:
   - Writes O(path) (JSON) and, beside it, a self-contained HTML page with the same base name
-    (C(upgrade-<node>-<change_id>.html)), both rendered from O(record): the node, the change id and
+    (C(upgrade-<node>-<change_id>.html)), both rendered from O(record). The page shows the node, the change id and
     who approved, requested and executed it, whether the node validated after the upgrade and why
     not, the drivers before and after and the time out of service first, then every field.
   - Each file is replaced atomically (the page first, then the JSON). Nothing is written when the

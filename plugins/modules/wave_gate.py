@@ -69,7 +69,7 @@ options:
   dest:
     description:
       - Where the decision is written as JSON (for the wave record), with a self-contained page beside it
-        (same base name, C(.html): who was admitted, who was stopped and why, which change let a node past
+        (same base name, C(.html), showing who was admitted, who was stopped and why, which change let a node past
         which finding); not written in check mode.
     type: path
   now:
