@@ -165,3 +165,31 @@ def load_node_records(folder, nodes):
             with open(path, encoding="utf-8") as handle:
                 out.append(json.load(handle))
     return out
+
+
+def render_baseline_html(baseline, json_name):
+    """A node group's NCCL baseline: the range later validation runs must reach, and what it was measured from."""
+    summary = [("What", "NCCL all-reduce baseline of a node group, measured before onboarding"),
+               ("Node group", baseline.get("node_group")), ("Metric", baseline.get("metric")),
+               ("Range later runs must reach", "%s to %s" % (baseline.get("low"), baseline.get("high"))),
+               ("Measured", baseline.get("measured")), ("Margin", baseline.get("margin"))]
+    return record_page.render("NCCL baseline of %s" % baseline.get("node_group"), summary, baseline, json_name)
+
+
+def write_baseline(folder, group, verdict, check_mode=False):
+    """<folder>/<group>.json (the baseline verdict with its node group) and its page; unchanged
+    when both already hold it."""
+    baseline = dict(verdict, node_group=group)
+    path = os.path.join(folder, "%s.json" % group)
+    files_ = [path, record_page.html_path(path)]
+    try:
+        with open(path, encoding="utf-8") as handle:
+            same = records.canonical(json.load(handle)) == records.canonical(baseline)
+    except (IOError, OSError, ValueError):
+        same = False
+    if same and record_page.page_current(path, render_baseline_html):
+        return {"changed": False, "path": path, "files": files_}
+    if not check_mode:
+        record_page.write_pair(path, _dump(baseline), render_baseline_html(record_page.normal(baseline),
+                                                                           os.path.basename(path)))
+    return {"changed": True, "path": path, "files": files_}

@@ -87,6 +87,26 @@ def test_wave_page_links_the_node_pages(tmp_path):
     assert wave_record.write_wave_record(folder, rec, recs)["changed"] is False
 
 
+def test_baseline_page_and_the_module_change_check(tmp_path):
+    folder = str(tmp_path / "baselines")
+    verdict = {"metric": "avg_busbw_gbps", "low": 9.0, "high": 12.1, "measured": [10.0, 11.0], "margin": 0.1,
+               "step": "baseline", "passed": True, "reasons": [HOSTILE]}
+    args = {"kind": "baseline", "folder": folder, "node_group": "ng_a100", "baseline": verdict}
+    path = os.path.join(folder, "ng_a100.json")
+    assert run_module("validation_record", args, check_mode=True)["changed"] is True
+    assert not os.path.exists(path) and not os.path.exists(record_page.html_path(path))
+    assert run_module("validation_record", args)["changed"] is True
+    with open(path, encoding="utf-8") as handle:
+        assert json.load(handle) == dict(verdict, node_group="ng_a100")  # what the collectives step reads
+    text = page_of(path)
+    assert "ng_a100" in text[:text.index("<h2>")] and "9.0 to 12.1" in text
+    assert_escaped(text)
+    assert run_module("validation_record", args)["changed"] is False
+    os.unlink(record_page.html_path(path))
+    assert run_module("validation_record", args)["changed"] is True
+    assert page_of(path) == text
+
+
 # -- onboarding manifests -----------------------------------------------------------------
 
 def manifest_doc():
