@@ -20,6 +20,10 @@ description:
     O(checkpoint_every) entries as a checkpoint signed with C(ssh-keygen -Y sign) under the
     namespace C(hybridgpu.fleet-audit). A head that cannot be sent to syslog or checkpointed
     is returned as a warning; a head that cannot be written to the anchors file fails the task.
+  - After each append (and repair) writes a self-contained HTML page beside the log
+    (C(audit.html) for C(audit.jsonl)) with the newest 500 entries, newest first, and per change ID
+    who approved it, who ran it and on which targets. The log stays the record and keeps its chain
+    and anchors; the page is a view that checks nothing. A page that cannot be written is a warning.
   - Refuses to start a fresh chain where the anchors file records a head (the log was
     deleted or emptied), to append to a log whose head is behind its anchors, and to append
     after a torn last line (a write cut short).

@@ -16,8 +16,10 @@ description:
     what the manifest lists.
   - Runs where the manifest lives (normally the control host, with C(delegate_to)). The
     returned RV(text) is what a copy on the node should contain.
-  - Written atomically (temporary sibling, then rename). Recording the same artefacts
-    again leaves the file unchanged, so reruns report no change.
+  - Written atomically (temporary sibling, then rename), together with a self-contained HTML page
+    beside it (C(<node>.html), with the node, its baseline and each section's artefacts) rendered from
+    the same document. Recording the same artefacts again leaves both files unchanged, so reruns
+    report no change; a missing or stale page is written again and reported as a change.
   - With O(created_only), this module decides what onboarding created - packages, users,
     directories, files and active units the node had before onboarding (the C(pre_onboarding) block) are never
     recorded, so removal never deletes them - and it refuses to run without that block.
@@ -195,7 +197,8 @@ def main():
         where = "" if p["path"] in str(err) else " " + p["path"]
         module.fail_json(msg="Manifest%s for node %s: %s" % (where, p["node"], err))
     text = manifest.dumps(after)
-    changed = before is None or manifest.dumps(before) != text
+    # the page beside the JSON counts too: a missing or stale page is written again
+    changed = before is None or manifest.dumps(before) != text or not manifest.page_current(p["path"])
     if changed and not module.check_mode:
         try:
             manifest.write(p["path"], after)

@@ -10,11 +10,14 @@ module: node_removal_state
 short_description: Per-node removal state, so an interrupted removal reports its progress and resumes
 version_added: "0.1.0"
 description:
-  - Keeps C(<root>/<node>/<change_id>.json) on the control host. V(start) snapshots the
+  - Keeps C(<root>/<node>/<change_id>.json) on the control host, with a self-contained HTML page
+    beside it (C(<change_id>.html), with node, change, approver, phases done and pending) written with
+    it from the same document; a missing or stale page is written again and reported as a change.
+    V(start) snapshots the
     node's onboarding manifest into it and returns the removal plan computed from that
     snapshot, so reruns work from the same list even after the manifest moved.
   - V(done) marks one phase finished; V(report) returns which phases are done and pending;
-    V(finish) moves the control-host manifest next to the state (a later onboarding
+    V(finish) moves the control-host manifest and its page next to the state (a later onboarding
     starts a fresh one).
   - A removal of the same node under another change that has not finished stops V(start),
     naming that change and its progress.
@@ -149,7 +152,6 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import approval
-from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import files
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import manifest
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.lifecycle import removal
 
@@ -223,7 +225,7 @@ def main():
                     (snap.get("pre_onboarding") or {}).get("recorded_at"):
                 changed = True
                 if not module.check_mode:
-                    files.move(p["manifest_path"], os.path.join(st.folder, p["change_id"] + ".manifest.json"))
+                    manifest.move(p["manifest_path"], os.path.join(st.folder, p["change_id"] + ".manifest.json"))
         report = st.report()
     except (removal.RemovalError, manifest.ManifestError, OSError) as err:
         module.fail_json(msg="removal state for %s (change %s): %s" % (p["node"], p["change_id"], err))

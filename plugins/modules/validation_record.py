@@ -10,17 +10,21 @@ module: validation_record
 short_description: Write a node's validation record, or the wave record linking them
 version_added: "0.1.0"
 description:
-  - I(kind=node) writes C(<folder>/validate-<node>.json) with every step verdict of one node.
+  - I(kind=node) writes C(<folder>/validate-<node>.json) with every step verdict of one node, and
+    beside it the self-contained page C(validate-<node>.html) (verdict and reasons first, then each step).
   - I(kind=wave) reads the per-node records of I(nodes) from I(folder) and writes C(wave.json)
-    and a self-contained C(wave.html) that links them.
-  - Files are replaced atomically and left alone when only the C(run) block would change.
+    and a self-contained C(wave.html) that links the nodes' pages.
+  - I(kind=baseline) writes a node group's NCCL baseline (the C(baseline) verdict of
+    M(hybridgpu.fleet.validation_check)) as C(<folder>/<node_group>.json) with its page C(<node_group>.html).
+  - Files are replaced atomically (page first, then JSON) and left alone when only the C(run) block
+    would change and the page beside the JSON is the one it renders to.
 extends_documentation_fragment:
   - hybridgpu.fleet.attributes
 options:
   kind:
     description: Which record.
     type: str
-    choices: [node, wave]
+    choices: [node, wave, baseline]
     required: true
   folder:
     description: Records folder of the wave.
@@ -33,8 +37,11 @@ options:
     description: C(owned) or C(cloud) (I(kind=node)).
     type: str
   node_group:
-    description: Node group (I(kind=node)).
+    description: Node group (I(kind=node) and I(kind=baseline)).
     type: str
+  baseline:
+    description: The baseline verdict of M(hybridgpu.fleet.validation_check) (I(kind=baseline)).
+    type: dict
   steps:
     description: Step verdicts (the C(verdict) of M(hybridgpu.fleet.validation_check)) (I(kind=node)).
     type: list
@@ -84,7 +91,7 @@ EXAMPLES = r"""
 
 RETURN = r"""
 path:
-  description: File (kind=node) or folder (kind=wave) written.
+  description: File (kind=node and kind=baseline) or folder (kind=wave) written.
   returned: always
   type: str
 passed:
@@ -106,20 +113,25 @@ from ansible_collections.hybridgpu.fleet.plugins.module_utils.validate import va
 
 def main():
     module = AnsibleModule(argument_spec=dict(
-        kind=dict(type="str", choices=["node", "wave"], required=True),
+        kind=dict(type="str", choices=["node", "wave", "baseline"], required=True),
         folder=dict(type="path", required=True),
-        node=dict(type="str"), side=dict(type="str"), node_group=dict(type="str"),
+        node=dict(type="str"), side=dict(type="str"), node_group=dict(type="str"), baseline=dict(type="dict"),
         steps=dict(type="list", elements="dict"),
         wave=dict(type="str"), group=dict(type="str"),
         nodes=dict(type="list", elements="str"), stages=dict(type="dict"),
         run=dict(type="dict"), fail_on_failed=dict(type="bool", default=False),
     ), supports_check_mode=True,
-        required_if=[("kind", "node", ("node", "steps")), ("kind", "wave", ("wave", "nodes"))])
+        required_if=[("kind", "node", ("node", "steps")), ("kind", "wave", ("wave", "nodes")),
+                     ("kind", "baseline", ("node_group", "baseline"))])
     p = module.params
     run = dict(p["run"] or {})
     run.setdefault("written_at", time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
     try:
-        if p["kind"] == "node":
+        if p["kind"] == "baseline":
+            rec = dict(p["baseline"], node_group=p["node_group"])
+            rec.setdefault("passed", True)
+            res = wave_record.write_baseline(p["folder"], p["node_group"], p["baseline"], module.check_mode)
+        elif p["kind"] == "node":
             rec = validation.node_record(p["node"], p["side"], p["node_group"], p["steps"], run)
             res = wave_record.write_node_record(p["folder"], rec, module.check_mode)
         else:

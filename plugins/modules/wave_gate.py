@@ -67,7 +67,10 @@ options:
     description: The audit log an override that lets a node past is written to.
     type: path
   dest:
-    description: Where the decision is written as JSON (for the wave record); not written in check mode.
+    description:
+      - Where the decision is written as JSON (for the wave record), with a self-contained page beside it
+        (same base name, C(.html), showing who was admitted, who was stopped and why, which change let a node past
+        which finding); not written in check mode.
     type: path
   now:
     description: Time to judge the boundary and the windows against (ISO 8601); defaults to now.
@@ -145,7 +148,7 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import approval, audit, schema
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.common.approval_signing import ApprovalError, verify_boundary
-from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import files
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import record_page
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.onboard import gate
 
 
@@ -246,9 +249,11 @@ def run(params, check_mode):
         "changed": any(not (a.get("ledger") or {}).get("resumed", True) for a in claimed),
     }
     if params.get("dest") and not check_mode:
-        os.makedirs(os.path.dirname(params["dest"]), exist_ok=True)
         body = dict((k, result[k]) for k in ("nodes", "admitted", "stopped", "override_problems", "min_severity", "verdicts_digest"))
-        files.write(params["dest"], json.dumps(body, indent=2, sort_keys=True) + "\n")
+        text = json.dumps(body, indent=2, sort_keys=True) + "\n"
+        # the page beside the JSON (gate.html), rendered from the same decision
+        record_page.write_pair(params["dest"], text, gate.render_page(json.loads(text), os.path.basename(params["dest"])),
+                               mode=None)
     return result
 
 

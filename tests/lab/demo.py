@@ -126,34 +126,50 @@ def signed_record(name, action, target, requester, signer):
 def newest(pattern_dir, suffix):
     found = []
     for base, _dirs, files in os.walk(pattern_dir):
-        found += [os.path.join(base, f) for f in files if f.endswith(suffix)]
+        found += [os.path.join(base, f) for f in files if f.endswith(suffix) and not f.startswith(".")]
     return sorted(found, key=os.path.getmtime)
 
 
+def json_beside(page):
+    """The JSON a record page was rendered from: same base name (.json, or .jsonl for the audit
+    trail); a preflight folder's index.html sits beside preflight.json."""
+    stem = os.path.splitext(page)[0]
+    names = [stem + ".json", stem + ".jsonl"]
+    if os.path.basename(stem) == "index":
+        names.append(os.path.join(os.path.dirname(page), "preflight.json"))
+    return next((n for n in names if os.path.exists(n)), None)
+
+
+# The sections of records/index.html: (title, folder under records/); each lists its newest pages.
+SECTIONS = (("Preflight records", "wave1"), ("Validation and wave records", "validation"),
+            ("Onboarding manifests", "manifests"), ("Upgrade records", "upgrades"),
+            ("Removal records", "removals"), ("Overflow drill reports", "overflow"),
+            ("Audit trail", "audit"))
+
+
 def write_index(results):
-    """records/index.html: one self-contained page linking every record of this run."""
+    """records/index.html: one self-contained page linking every record page of this run, each
+    with its JSON beside it."""
     links = []
-    for title, sub, suffix in (("Preflight and wave records", "wave1", ".html"),
-                               ("Validation records per node", "validation", ".json"),
-                               ("Upgrade records", "upgrades", ".json"),
-                               ("Removal records", "removals", ".json"),
-                               ("Overflow drill reports", "overflow", ".html"),
-                               ("Audit log", "audit", ".jsonl")):
-        files = newest(os.path.join(RECORDS, sub), suffix)
-        links.append((title, [os.path.relpath(f, RECORDS) for f in files[-6:]]))
+    for title, sub in SECTIONS:
+        pages = newest(os.path.join(RECORDS, sub), ".html")[-8:]
+        links.append((title, [(os.path.relpath(f, RECORDS), json_beside(f) and os.path.relpath(json_beside(f), RECORDS))
+                              for f in pages]))
     rows = "".join("<tr><td>%s</td><td class=%s>%s</td><td>%.1f s</td><td><a href='%s'>log</a></td></tr>"
                    % (html.escape(s), "ok" if ok else "bad", "ok" if ok else "FAILED", t,
                       html.escape(os.path.relpath(log, RECORDS)))
                    for s, (ok, t, log) in results.items())
     sections = "".join("<h2>%s</h2><ul>%s</ul>" % (html.escape(t), "".join(
-        "<li><a href='%s'>%s</a></li>" % (html.escape(f), html.escape(f)) for f in fs) or "<li>none</li>")
+        "<li><a href='%s'>%s</a>%s</li>" % (html.escape(page), html.escape(page), " (<a href='%s'>%s</a>)" % (
+            html.escape(data), html.escape(os.path.basename(data))) if data else "")
+        for page, data in fs) or "<li>none</li>")
         for t, fs in links)
     page = ("<!doctype html><meta charset=utf-8><title>hybridgpu.fleet lab run</title><style>"
             "body{font:14px system-ui,sans-serif;margin:2em;max-width:70em}td{padding:.2em .8em}"
             ".ok{color:#176f2c}.bad{color:#b00020;font-weight:bold}</style>"
             "<h1>hybridgpu.fleet: lab run %s</h1><table><tr><th>step</th><th>result</th><th>time</th>"
-            "<th></th></tr>%s</table>%s" % (html.escape(datetime.datetime.now().isoformat(timespec="seconds")),
-                                             rows, sections))
+            "<th></th></tr>%s</table><p>Each record is a page to read first, with its JSON beside it.</p>%s"
+            % (html.escape(datetime.datetime.now().isoformat(timespec="seconds")), rows, sections))
     os.makedirs(RECORDS, exist_ok=True)
     tmp = os.path.join(RECORDS, ".index.html.tmp")
     with open(tmp, "w") as fh:
@@ -203,10 +219,12 @@ def main():
 
     links = write_index(results)
     print("\nRecords (open records/index.html):")
-    for title, files in links:
+    for title, pages in links:
         print("  %s:" % title)
-        for f in files or ["none"]:
-            print("    records/%s" % f)
+        for page, data in pages:
+            print("    records/%s%s" % (page, "  (JSON: records/%s)" % data if data else ""))
+        if not pages:
+            print("    none")
     failed = [s for s, (ok, _t, _l) in results.items() if not ok]
     if failed:
         print("\nFAILED steps: %s" % ", ".join(failed))

@@ -29,7 +29,7 @@ import datetime
 import json
 import os
 
-from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import schema as s
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import approval_page, schema as s
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.common.approval_signing import (
     NAMESPACE, ApprovalError, read_text, sign_copy, verify_boundary, verify_signature)
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.common.boundary import ACTIONS, ID_PATTERN
@@ -262,10 +262,12 @@ def claim(folder, approval, now=None):
                                     " member %s" % used["member"] if used.get("member") else "",
                                     ", ".join(differs))], approval["change_id"])
         used["resumed"] = True
+        approval_page.refresh(path)
         return used
     with os.fdopen(fd, "w", encoding="utf-8") as fh:
         json.dump(entry, fh, indent=2, sort_keys=True)
         fh.write("\n")
+    approval_page.refresh(path)  # the page beside the entry
     entry["resumed"] = False
     return entry
 
@@ -288,6 +290,7 @@ def mark_done(folder, change_id, target, details=None, now=None):
         json.dump(entry, fh, indent=2, sort_keys=True)
         fh.write("\n")
     os.replace(tmp, path)
+    approval_page.refresh(path)
     return entry
 
 

@@ -12,6 +12,8 @@ as a checkpoint signed with an operator's SSH key). ``verify`` checks the log ag
 anchors and names a truncation, a rewrite or a deletion. Appends refuse to start a fresh
 chain where anchors exist, and to write after a torn last line (a write cut short), which
 only ``repair_torn_tail`` (``bin/hgpu-audit-verify --repair-torn-tail LOG``) moves aside.
+After each append the readable page ``<log>.html`` (``audit.html``) is written again
+(audit_page: a view of the newest entries; it checks nothing).
 
 CLI: ``bin/hgpu-audit-verify LOG [HEAD_HASH]``.
 """
@@ -25,7 +27,7 @@ import hashlib
 import json
 import os
 
-from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import audit_anchor, cmd
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import audit_anchor, audit_page, cmd
 
 GENESIS = "0" * 64
 FIELDS = ("change_id", "approver", "executor", "target", "action", "result")
@@ -200,6 +202,7 @@ def _append_anchored(handle, path, event, anchors_path, checkpoint_key, checkpoi
     entry = _append_locked(handle, path, event, anchors_path)
     checkpoint, sent, warnings = _anchor_locked(path, entry, anchors_path, checkpoint_key,
                                                 checkpoint_every, syslog_socket)
+    warnings += audit_page.refresh(path, handle)  # the readable page beside the log
     return {"entry": entry, "head": {"seq": entry["seq"], "hash": entry["hash"]}, "anchors": anchors_path,
             "checkpoint": checkpoint, "syslog": sent, "warnings": warnings}
 

@@ -22,7 +22,7 @@ import json
 import os
 import re
 
-from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import files
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import files, record_page
 
 SCHEMA_VERSION = 1
 
@@ -202,16 +202,54 @@ def created(pre, artefacts):
     return made, had
 
 
+def render_page(doc, json_name):
+    """The manifest's page: the node, its baseline and what each section added, then every artefact."""
+    pre = doc.get("pre_onboarding") or {}
+    sections = doc.get("sections") or {}
+    kinds = {}
+    for art in artefacts(doc):
+        kinds[art.get("kind")] = kinds.get(art.get("kind"), 0) + 1
+    summary = [("What", "onboarding manifest: what onboarding added to the node, which removal reverses"),
+               ("Node", doc.get("node")),
+               ("Standalone state recorded at", pre.get("recorded_at") or "not recorded"),
+               ("Sections", ["%s (%d artefacts)" % (name, len(sec.get("artefacts") or []))
+                             for name, sec in sorted(sections.items())]),
+               ("Artefacts by kind", ["%s: %d" % (k, kinds[k]) for k in sorted(kinds, key=str)])]
+    parts = [("Section %s" % name, {"artefacts": record_page.table(sec.get("artefacts") or []),
+                                    "facts": sec.get("facts") or {}})
+             for name, sec in sorted(sections.items())]
+    return record_page.render("Onboarding manifest of %s" % doc.get("node"), summary, doc,
+                              json_name, sections=parts, skip=("sections",))
+
+
+def page_current(path):
+    """Whether the page beside the manifest at ``path`` shows the manifest there now."""
+    return record_page.page_current(path, render_page)
+
+
 def write(path, doc):
-    """Write atomically (temp sibling + rename). Returns True when the content changed."""
+    """Write the page and the JSON, each atomically (temp sibling + rename). Returns True
+    when either changed."""
     text = dumps(doc)
     try:
         with open(path, encoding="utf-8") as fh:
-            if fh.read() == text:
+            if fh.read() == text and page_current(path):
                 return False
     except FileNotFoundError:
         pass
-    folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    files.write(path, text, mode=0o640)
+    record_page.write_pair(path, text, render_page(record_page.normal(doc), os.path.basename(path)), mode=0o640)
     return True
+
+
+def move(path, dest):
+    """Move the manifest at ``path`` to ``dest`` (same file system); its page goes along,
+    rendered again for the new file name."""
+    doc = load(path)
+    if doc is None:
+        raise ManifestError("%s does not exist; there is no manifest to move" % path)
+    files.write(record_page.html_path(dest), render_page(doc, os.path.basename(dest)), mode=0o640)
+    files.move(path, dest)
+    try:
+        os.unlink(record_page.html_path(path))
+    except FileNotFoundError:
+        pass

@@ -21,12 +21,9 @@ import json
 import os
 import re
 
-from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import files
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import manifest as mf
-
-# Phases in order; "verify" is never skipped on a rerun.
-STEPS = ("approval", "drain", "node_delete", "credentials", "agents", "firewall", "placement",
-         "restore", "verify")
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.lifecycle import removal_page
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.lifecycle.removal_page import STEPS
 
 
 class RemovalError(ValueError):
@@ -155,8 +152,8 @@ def plan(doc):
 # -- state file --------------------------------------------------------------------------
 
 def _write_json(path, doc, mode=0o640):
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    files.write(path, json.dumps(doc, indent=2, sort_keys=True) + "\n", mode=mode)
+    """The state and its page beside it (removal_page)."""
+    removal_page.write(path, doc, mode=mode)
 
 
 def _safe(name):
@@ -207,7 +204,7 @@ class RemovalState(object):
     def start(self, manifest_doc, approval=None, check_mode=False):
         """Create the state (snapshotting the manifest) or resume it. Returns changed."""
         if self.load() is not None:
-            return False
+            return removal_page.refresh(self.path, self.doc, check_mode)
         if manifest_doc is None:
             raise RemovalError("no onboarding manifest for %s and no removal state %s: nothing "
                                "records what onboarding added, so nothing is removed" % (self.node, self.path))
@@ -229,7 +226,7 @@ class RemovalState(object):
                 return True
             raise RemovalError("no removal state %s; start the removal first" % self.path)
         if step in self.doc["steps"]:
-            return False
+            return removal_page.refresh(self.path, self.doc, check_mode)
         self.doc["steps"][step] = {"done_at": utcnow(), "details": details or {}}
         if step == "verify":
             self.doc["finished_at"] = self.doc["steps"][step]["done_at"]

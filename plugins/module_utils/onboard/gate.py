@@ -23,6 +23,8 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import record_page
+
 SEVERITIES = ("info", "warning", "error")
 ACTION = "hold_override"
 # The playbook a hold_override record names: the gate belongs to onboarding.
@@ -162,3 +164,24 @@ def used_change_ids(decisions):
     """The change ids that let at least one node past a finding."""
     return sorted({o["change_id"] for d in decisions.values() if d["decision"] == "overridden"
                    for o in d["overridden"]})
+
+
+def render_page(body, json_name):
+    """The page of a gate decision (wave_gate's ``dest``): who was admitted, who was stopped and
+    why, which change let a node past which finding and who approved it."""
+    nodes = body.get("nodes") or {}
+    overrides = ["%s: %s by change %s (approved by %s)" % (node, o.get("finding"), o.get("change_id"), o.get("approver"))
+                 for node, dec in sorted(nodes.items()) for o in dec.get("overridden") or []]
+    summary = [("What", "onboarding gate: which nodes of the wave may be changed"),
+               ("Verdict", record_page.verdict(not body.get("stopped"), "every node admitted", "nodes stopped")),
+               ("Admitted", body.get("admitted") or "none"),
+               ("Stopped", record_page.lines("%s: %s" % (n, r) for n, r in sorted((body.get("stopped") or {}).items()))),
+               ("Overrides", record_page.lines(overrides)), ("Minimum severity", body.get("min_severity")),
+               ("Preflight verdicts digest", body.get("verdicts_digest"))]
+    rows = [{"node": node, "decision": record_page.verdict(dec.get("decision") != "stopped", dec.get("decision"),
+                                                           dec.get("decision")),
+             "reasons": record_page.lines(dec.get("reasons")), "overridden": dec.get("overridden") or []}
+            for node, dec in sorted(nodes.items())]
+    return record_page.render("Onboarding gate", summary, body, json_name,
+                              sections=[("Nodes", record_page.table(rows, ("node", "decision", "reasons", "overridden")))],
+                              skip=("nodes",))

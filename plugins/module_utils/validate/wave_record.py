@@ -14,7 +14,7 @@ import json
 import os
 
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import files
-from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import records
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import record_page, records
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.common.records import PAGE_CSS, css_class, html_text
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.validate.validation import record_filename
 
@@ -47,13 +47,31 @@ def _dump(data):
     return json.dumps(data, sort_keys=True, indent=2, ensure_ascii=False) + "\n"
 
 
+def render_node_html(record, json_name):
+    """The node's page: its verdict and the reasons first, then every step."""
+    reasons = ["%s: %s" % (s["step"], r) for s in record.get("steps", []) for r in s.get("reasons", [])]
+    summary = [("What", "validation of one node"), ("Node", record["node"]), ("Side", record.get("side")),
+               ("Node group", record.get("node_group")), ("Verdict", record_page.verdict(record["passed"])),
+               ("Failed steps", record.get("failed_steps")), ("Reasons", record_page.lines(reasons)),
+               ("Written at", (record.get("run") or {}).get("written_at"))]
+    steps = [{"step": s["step"], "verdict": record_page.verdict(s.get("passed")),
+              "reasons": record_page.lines(s.get("reasons")),
+              "evidence": dict((k, v) for k, v in s.items() if k not in ("step", "passed", "reasons"))}
+             for s in record.get("steps", [])]
+    return record_page.render("Validation of %s" % record["node"], summary, record,
+                              json_name, sections=[("Steps", record_page.table(steps))],
+                              skip=("steps",))
+
+
 def write_node_record(folder, record, check_mode=False):
+    """validate-<node>.json and its page validate-<node>.html; unchanged when only ``run`` differs."""
     path = os.path.join(folder, record_filename(record["node"]))
-    if _unchanged(path, record):
-        return {"changed": False, "path": path}
+    files_ = [path, record_page.html_path(path)]
+    if _unchanged(path, record) and record_page.page_current(path, render_node_html):
+        return {"changed": False, "path": path, "files": files_}
     if not check_mode:
-        atomic_write(path, _dump(record))
-    return {"changed": True, "path": path}
+        record_page.write_pair(path, _dump(record), render_node_html(record_page.normal(record), os.path.basename(path)))
+    return {"changed": True, "path": path, "files": files_}
 
 
 def build_wave_record(wave, group, node_records, stages=None, run=None):
@@ -74,7 +92,7 @@ def build_wave_record(wave, group, node_records, stages=None, run=None):
 
 
 def render_wave_html(record, node_records=None):
-    """Self-contained page: inline CSS, no scripts; links to the per-node JSON files next to it."""
+    """Self-contained page: inline CSS, no scripts; links to the per-node pages next to it."""
     by_node = dict((r["node"], r) for r in node_records or [])
     out = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
            "<title>Wave %s: onboarding and validation</title>" % html_text(record["wave"]),
@@ -101,11 +119,11 @@ def render_wave_html(record, node_records=None):
         for step in (by_node.get(node["node"]) or {}).get("steps", []):
             reasons.extend("%s: %s" % (step["step"], r) for r in step.get("reasons", []))
         out.append("<tr><td>%s</td><td>%s</td><td>%s</td><td class=\"%s\">%s</td><td>%s</td>"
-                   "<td>%s</td><td><a href=\"%s\">%s</a></td></tr>" % (
+                   "<td>%s</td><td><a href=\"%s\">page</a> (<a href=\"%s\">JSON</a>)</td></tr>" % (
                        html_text(node["node"]), html_text(node["side"]), html_text(node["node_group"]),
                        "pass" if node["passed"] else "fail", "passed" if node["passed"] else "failed",
                        steps, "<br>".join(html_text(r) for r in reasons) or "&mdash;",
-                       html_text(node["record"]), html_text(node["record"])))
+                       html_text(record_page.html_path(node["record"])), html_text(node["record"])))
     if not record["nodes"]:
         out.append('<tr><td colspan="7" class="fail">no node was validated</td></tr>')
     out.append("</table>")
@@ -130,10 +148,11 @@ def render_wave_html(record, node_records=None):
 def write_wave_record(folder, record, node_records=None, check_mode=False):
     json_path = os.path.join(folder, WAVE_JSON)
     html_path = os.path.join(folder, WAVE_HTML)
-    if _unchanged(json_path, record) and os.path.exists(html_path):
+    if _unchanged(json_path, record) and record_page.page_current(
+            json_path, lambda data, _name: render_wave_html(data, node_records)):
         return {"changed": False, "path": folder, "files": [json_path, html_path]}
     if not check_mode:
-        atomic_write(html_path, render_wave_html(record, node_records))
+        atomic_write(html_path, render_wave_html(record_page.normal(record), node_records))
         atomic_write(json_path, _dump(record))
     return {"changed": True, "path": folder, "files": [json_path, html_path]}
 
@@ -146,3 +165,31 @@ def load_node_records(folder, nodes):
             with open(path, encoding="utf-8") as handle:
                 out.append(json.load(handle))
     return out
+
+
+def render_baseline_html(baseline, json_name):
+    """A node group's NCCL baseline: the range later validation runs must reach, and what it was measured from."""
+    summary = [("What", "NCCL all-reduce baseline of a node group, measured before onboarding"),
+               ("Node group", baseline.get("node_group")), ("Metric", baseline.get("metric")),
+               ("Range later runs must reach", "%s to %s" % (baseline.get("low"), baseline.get("high"))),
+               ("Measured", baseline.get("measured")), ("Margin", baseline.get("margin"))]
+    return record_page.render("NCCL baseline of %s" % baseline.get("node_group"), summary, baseline, json_name)
+
+
+def write_baseline(folder, group, verdict, check_mode=False):
+    """<folder>/<group>.json (the baseline verdict with its node group) and its page; unchanged
+    when both already hold it."""
+    baseline = dict(verdict, node_group=group)
+    path = os.path.join(folder, "%s.json" % group)
+    files_ = [path, record_page.html_path(path)]
+    try:
+        with open(path, encoding="utf-8") as handle:
+            same = records.canonical(json.load(handle)) == records.canonical(baseline)
+    except (IOError, OSError, ValueError):
+        same = False
+    if same and record_page.page_current(path, render_baseline_html):
+        return {"changed": False, "path": path, "files": files_}
+    if not check_mode:
+        record_page.write_pair(path, _dump(baseline), render_baseline_html(record_page.normal(baseline),
+                                                                           os.path.basename(path)))
+    return {"changed": True, "path": path, "files": files_}

@@ -103,6 +103,18 @@ def test_a_hold_stops_its_node_whatever_the_severity(people, tmp_path):
     result = wave_gate.run(params(people, tmp_path, record), False)
     assert decisions(result) == {"node-a": "admitted", "node-b": "stopped", "node-c": "admitted"}
     assert result["stopped"]["node-b"].startswith("hold:air_gapped: held by preflight: air_gapped")
+    page = (tmp_path / "gate.html").read_text()  # the page beside gate.json: the stopped node and why, first
+    summary = page[:page.index("<h2>")]
+    assert "node-b: hold:air_gapped: held by preflight: air_gapped" in summary and "nodes stopped" in summary
+
+
+def test_the_gate_page_escapes_what_it_shows(people, tmp_path):
+    record = clean_record()
+    record["verdicts"]["holds"] = [{"node": "node-b", "row": "owned-a100",
+                                    "reasons": [{"reason": "air_gapped", "detail": "<script>alert(1)</script>"}]}]
+    wave_gate.run(params(people, tmp_path, record), False)
+    page = (tmp_path / "gate.html").read_text()
+    assert "<script" not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page
 
 
 def test_violations_stop_their_row_at_or_above_the_severity(people, tmp_path):
@@ -153,6 +165,8 @@ def test_a_signed_override_lets_its_node_past_once_and_is_audited(people, tmp_pa
     assert result["nodes"]["node-b"]["overridden"][0]["change_id"] == "CHG-OVR-1" and result["changed"]
     ledger = json.loads((tmp_path / "approvals" / "CHG-OVR-1.json").read_text())
     assert ledger["action"] == "hold_override" and ledger["targets"] == ["node-b"]
+    page = (tmp_path / "gate.html").read_text()
+    assert "node-b: hold:air_gapped by change CHG-OVR-1 (approved by sec-owner)" in page[:page.index("<h2>")]
     events = [json.loads(line) for line in (tmp_path / "audit" / "audit.jsonl").read_text().splitlines()]
     assert [(e["action"], e["target"], e["change_id"], e["details"]["finding"]) for e in events] == [
         ("hold_override", "node-b", "CHG-OVR-1", "hold:air_gapped")]
@@ -169,7 +183,7 @@ def test_check_mode_judges_but_writes_nothing(people, tmp_path):
     result = wave_gate.run(params(people, tmp_path, held_record(), overrides=[override(people, tmp_path)]), True)
     assert decisions(result)["node-b"] == "overridden"
     assert not (tmp_path / "approvals").exists() and not (tmp_path / "audit").exists()
-    assert not (tmp_path / "gate.json").exists()
+    assert not (tmp_path / "gate.json").exists() and not (tmp_path / "gate.html").exists()
 
 
 @pytest.mark.parametrize("kw, problem", [
