@@ -78,8 +78,8 @@ molecule: lab-up
 quality: venv
 	bash tests/quality.sh
 
-# Lab up and Molecule run in the background while unit, conformance and quality run; then
-# integration (tests/run_test_stages.sh).
+# The lab comes up in the background while unit, conformance and quality run; then
+# integration and Molecule (tests/run_test_stages.sh).
 test: venv
 	bash tests/run_test_stages.sh
 
