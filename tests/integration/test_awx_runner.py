@@ -241,7 +241,7 @@ def test_the_wave_schedule_launches_its_workflow_and_a_failed_node_stops_it(ee, 
     assert first.limit == "wave1" and first.extra_vars["awx_schedule_name"] == name
     assert "awx_user_name" not in first.extra_vars
     assert run.order == ["preflight"] and run.nodes["preflight"].status == "failed", out(first)
-    assert run.skipped == ["onboard", "report", "validate"] and run.status == "failed"
+    assert run.skipped == ["baseline", "onboard", "report", "validate"] and run.status == "failed"
     assert any(c.get("dark") for c in first.recap().values()), "the nodes must refuse the wrong key"
 
 
@@ -333,9 +333,18 @@ def test_a_signed_record_releases_the_member_revocation(ee, member, tmp_path):
     ssh(MEMBER_NODE, "true")
     with open(os.path.join(RECORDS, "audit", "audit.jsonl")) as fh:
         assert change in fh.read(), "the audit log must be on the persistent path"
-    # the same change id is refused on a second release (the used-once record survived the job)
+    # The used-once ledger entry outlives the job's container: the same record released again
+    # is the same run again (playbook, targets, member, executor), which resumes it and changes
+    # nothing, against the entry the first job wrote on the persistent path.
+    ledger = os.path.join(RECORDS, "approvals", change + ".json")
+    with open(ledger) as fh:
+        first_used = json.load(fh)["first_used_at"]
     again = site.launch_workflow("hybridgpu member revocation (approved)", extra_vars=answers, approve=check)
-    assert again.nodes["revoke"].status == "failed", out(again.nodes["revoke"].job)
+    rerun = again.nodes["revoke"].job
+    assert again.status == "successful", out(rerun)
+    assert rerun.recap()[MEMBER_NODE].get("changed", 0) == 0, rerun.recap()
+    with open(ledger) as fh:
+        assert json.load(fh)["first_used_at"] == first_used
 
 
 @pytest.mark.long
