@@ -13,8 +13,8 @@ description:
   - Runs on the node. Takes the removal plan (from M(hybridgpu.fleet.node_removal_state))
     and reports every manifest artefact still present (SSH keys, units, files, packages,
     users, groups, directories, nft tables).
-  - Standalone health - the units active before onboarding are active, the packages it had
-    are installed, the nft tables it had exist, and C(nvidia-smi) lists the GPUs.
+  - Standalone health - the units active before onboarding are active (a unit systemd starts
+    on demand and that is not enabled may be idle), the packages it had are installed, the nft tables it had exist, and C(nvidia-smi) lists the GPUs.
   - Fails when O(fail) is true and anything remains or the health check fails.
 extends_documentation_fragment:
   - hybridgpu.fleet.attributes
@@ -45,7 +45,9 @@ leftovers:
   type: list
   elements: str
 health:
-  description: C(ok), C(problems), C(gpus) (nvidia-smi lines), C(missing_units).
+  description: >-
+    C(ok), C(problems), C(gpus) (nvidia-smi lines), C(missing_units), C(idle_on_demand_units) (inactive
+    units that systemd starts on demand, not counted as missing).
   returned: always
   type: dict
 """

@@ -108,13 +108,33 @@ def node_leftovers(p, run=_run, exists=os.path.lexists, user_exists=_user_exists
     return left
 
 
+def on_demand_units(units, run=_run):
+    """The units among ``units`` that systemd starts on demand and that are not enabled: a
+    D-Bus service (systemd-timedated, -hostnamed, ...) or one a socket, timer or path unit
+    triggers. Such a unit exits when idle, so finding it inactive is healthy."""
+    if not units:
+        return []
+    rc, out, err = run(["systemctl", "show", "--property=Id,BusName,TriggeredBy,UnitFileState"] + list(units))
+    if rc != 0:
+        return []
+    found = []
+    for block in out.split("\n\n"):
+        props = dict(line.split("=", 1) for line in block.splitlines() if "=" in line)
+        on_demand = props.get("BusName") or props.get("TriggeredBy")
+        if props.get("Id") in units and on_demand and props.get("UnitFileState") != "enabled":
+            found.append(props["Id"])
+    return found
+
+
 def health(p, run=_run):
-    """Standalone health: the units active before onboarding, the packages it had, the
-    tables it had, and a working nvidia-smi."""
+    """Standalone health: the units active before onboarding (but those systemd starts on
+    demand), the packages it had, the tables it had, and a working nvidia-smi."""
     problems = []
     rc, out, err = run(node_state.LIST_ACTIVE_UNITS)
     active = set(node_state.active_units(out))
-    missing_units = [u for u in p["restore"]["units"] if u not in active]
+    inactive = [u for u in p["restore"]["units"] if u not in active]
+    idle = on_demand_units(inactive, run)
+    missing_units = [u for u in inactive if u not in idle]
     if missing_units:
         problems.append("units active before onboarding are not active: " + ", ".join(missing_units))
     # a later approved change (a driver upgrade) may have replaced a package: reported only
@@ -130,4 +150,4 @@ def health(p, run=_run):
     if not gpus:
         problems.append("nvidia-smi failed (rc=%s): %s" % (rc, (err or out).strip()[:200]))
     return {"ok": not problems, "problems": problems, "gpus": gpus, "missing_units": missing_units,
-            "packages_changed_since_onboarding": missing_pkgs}
+            "idle_on_demand_units": idle, "packages_changed_since_onboarding": missing_pkgs}

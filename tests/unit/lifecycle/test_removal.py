@@ -121,14 +121,19 @@ def test_nft_table_blocks_are_parsed():
     assert sorted(removal.nft_tables_in(text)) == [("inet", "site"), ("ip", "nat")]
 
 
-def fake_node(units_active, dpkg_lines, tables, smi_rc=0, unit_loaded=()):
-    """A run() answering the node's tools as they print; records each call."""
+def fake_node(units_active, dpkg_lines, tables, smi_rc=0, unit_loaded=(), on_demand=()):
+    """A run() answering the node's tools as they print; records each call. ``on_demand``:
+    units systemd starts through D-Bus (static, BusName set)."""
     calls = []
 
     def run(argv):
         calls.append(argv)
         if argv[:2] == ["systemctl", "list-units"]:
             return 0, "".join("%s loaded active running x\n" % u for u in units_active), ""
+        if argv[:3] == ["systemctl", "show", "--property=Id,BusName,TriggeredBy,UnitFileState"]:
+            return 0, "\n".join("Id=%s\nBusName=%s\nTriggeredBy=\nUnitFileState=%s\n" % (
+                u, "org.example.%s" % u if u in on_demand else "", "static" if u in on_demand else "enabled")
+                for u in argv[3:]), ""
         if argv[:2] == ["systemctl", "show"]:
             return 0, ("loaded\nactive\n" if argv[-1] in unit_loaded else "not-found\ninactive\n"), ""
         if argv[0] == "dpkg-query":
@@ -173,6 +178,20 @@ def test_health_counts_held_packages_and_names_what_is_missing():
     assert [x.split(":")[0] for x in got["problems"]] == [
         "units active before onboarding are not active", "nft tables of the standalone node are missing",
         "nvidia-smi failed (rc=9)"]
+
+
+def test_health_lets_an_on_demand_unit_be_idle():
+    """A D-Bus service active when onboarding looked (systemd-timedated after a timedatectl
+    call) exits when idle: inactive later is healthy. An enabled unit that stopped is not."""
+    p = removal.plan(doc())
+    p["restore"]["units"] = ["chrony.service", "systemd-timedated.service", "slurmd.service"]
+    run = fake_node(["chrony.service"], ["nccl-tests ii  2.13.11-1"], [("inet", "site")],
+                    on_demand=("systemd-timedated.service",))
+    got = node_checks.health(p, run=run)
+    assert got["idle_on_demand_units"] == ["systemd-timedated.service"]
+    assert got["missing_units"] == ["slurmd.service"] and not got["ok"]
+    shows = [argv for argv in run.calls if argv[:2] == ["systemctl", "show"]]
+    assert len(shows) == 1 and shows[0][3:] == ["systemd-timedated.service", "slurmd.service"]
 
 
 @pytest.mark.parametrize("broken", ["dpkg-query", "nft"])
