@@ -431,22 +431,12 @@ def test_the_long_templates_run_on_one_node(site, template, answers):
 
 @pytest.mark.long
 def test_overflow_move_moves_a_slurm_job(site, overflow_lab):
-    sys.path.insert(0, os.path.join(config.LAB_SRC, "overflow"))
-    import drill
     from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow import backends as b
-    q = drill.slurm_queue()
-    tag = "%x" % int(time.time() * 10 % 0xFFFFFF)
-    blocker, name = "awx-blk-" + tag, "awx-small-" + tag
-    try:
-        q.enqueue(blocker, "site-batch", "sleep 400", cpus=4)
-        job_id = drill.userjobs.submit_slurm(q, name, "cloud-small", drill.userjobs.slurm_script())
-        time.sleep(1.5)
+    with test_overflow.queued_slurm_job("awx", blocker_s=400) as (q, job_id):
         job = site.launch_job("hybridgpu overflow move", extra_vars={"overflow_jobs": str(job_id)})
         assert job.status == "successful", out(job)
         # AWX's callback prints the summary as JSON, the command line's as YAML
         assert re.search(r'"?path"?: "?operator', job.stdout) and q.state(job_id) == b.Q_WITHDRAWN, out(job)
-    finally:
-        q.run("scancel -n %s; scancel -n %s" % (blocker, name), check=False)
 
 
 @pytest.mark.long

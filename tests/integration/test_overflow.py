@@ -2,6 +2,7 @@
 onprem emulator): real holds, real rsync staging to cloud-storage, real cloud Jobs run by the node
 agent, every drill failure injected once per movable class, the restricted control, the
 checkpoint resume and the operator playbook. Each scenario restores what it changed."""
+import contextlib
 import json
 import os
 import subprocess
@@ -179,15 +180,25 @@ def test_checkpoint_resumes_locally_on_the_same_curve(envs):
     assert ck["checkpoint_holds"] == ["model", "optimizer", "rng", "scheduler", "step"]
 
 
-def test_operator_playbook_moves_a_slurm_job(overflow_lab, tmp_path):
+@contextlib.contextmanager
+def queued_slurm_job(prefix, blocker_s=300):
+    """(queue, job ID) of a user's own batch script queued behind a blocker that fills the site
+    partition; both are cancelled afterwards."""
     q = drill.slurm_queue()
     tag = "%x" % int(time.time() * 10 % 0xFFFFFF)
-    blocker, job = "pb-blk-" + tag, "pb-small-" + tag
+    blocker, job = "%s-blk-%s" % (prefix, tag), "%s-small-%s" % (prefix, tag)
     try:
-        q.enqueue(blocker, "site-batch", "sleep 300", cpus=4)
-        # the user's own batch script; the playbook moves it by Slurm's job ID
+        q.enqueue(blocker, "site-batch", "sleep %d" % blocker_s, cpus=4)
         job_id = drill.userjobs.submit_slurm(q, job, "cloud-small", drill.userjobs.slurm_script())
         time.sleep(1.5)
+        yield q, job_id
+    finally:
+        q.run("scancel -n %s; scancel -n %s" % (blocker, job), check=False)
+
+
+def test_operator_playbook_moves_a_slurm_job(overflow_lab, tmp_path):
+    # the playbook moves the user's job by Slurm's job ID
+    with queued_slurm_job("pb") as (q, job_id):
         env = dict(os.environ, PATH=os.path.join(ROOT, ".venv", "bin") + os.pathsep + os.environ["PATH"],
                    ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"))
         extra = {"overflow_jobs": [job_id], "overflow_records": str(tmp_path), "overflow_wait_s": 120}
@@ -196,8 +207,6 @@ def test_operator_playbook_moves_a_slurm_job(overflow_lab, tmp_path):
         assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-2000:]
         assert "state: finished" in res.stdout and "path: operator" in res.stdout
         assert q.state(job_id) == b.Q_WITHDRAWN
-    finally:
-        q.run("scancel -n %s; scancel -n %s" % (blocker, job), check=False)
 
 
 def test_safe_drills_playbook_on_the_lab(overflow_lab, tmp_path):
