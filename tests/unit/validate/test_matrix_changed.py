@@ -62,3 +62,23 @@ def test_validation_records_carry_the_preflight_digest():
         names = [t["name"] for t in yaml.safe_load(fh)[0]["tasks"]]
     first = names.index("Validate the node first (all six steps) when the matrix changed since its last validation")
     assert names.index("Has the matrix changed since the node's last validation") < first < names.index("Drain the node")
+
+
+def test_no_preflight_record_and_no_declared_row_says_run_preflight_first(tmp_path):
+    """The inventory step reads the node's matrix row from the preflight record; without one it
+    stops before touching the node, naming the node, the path and the playbook to run."""
+    missing = tmp_path / "records" / "w1" / "preflight.json"
+    inventory = {"all": {"hosts": {"node-a": {}}, "vars": {
+        "ansible_connection": "local", "ansible_python_interpreter": sys.executable}}}
+    (tmp_path / "hosts.yml").write_text(yaml.safe_dump(inventory))
+    play = [{"hosts": "all", "gather_facts": False, "tasks": [
+        {"ansible.builtin.include_role": {"name": "hybridgpu.fleet.validate", "tasks_from": "inventory"},
+         "vars": {"validate_preflight_record": str(missing)}}]}]
+    (tmp_path / "play.yml").write_text(json.dumps(play))
+    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"), ANSIBLE_NOCOLOR="1")
+    proc = subprocess.run([os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i",
+                           str(tmp_path / "hosts.yml"), str(tmp_path / "play.yml")],
+                          capture_output=True, text=True, env=env, timeout=180, check=False, cwd=ROOT)
+    assert proc.returncode != 0
+    assert "node-a: no preflight record at %s" % missing in proc.stdout, proc.stdout
+    assert "Run playbooks/preflight.yml" in proc.stdout and "gpu_facts" not in proc.stdout, proc.stdout
