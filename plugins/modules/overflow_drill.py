@@ -123,9 +123,9 @@ options:
     type: int
     default: 3
   poll_s:
-    description: Seconds between looks at a drill's test job.
+    description: Seconds between looks at a drill's test job (the test job runs for three of them).
     type: float
-    default: 5
+    default: 2
   timeout_s:
     description: Seconds one drill may take before it fails as not reaching a final state.
     type: float
@@ -238,7 +238,7 @@ def argument_spec():
         image=dict(type="str"),
         out=dict(type="path", required=True),
         cut_calls=dict(type="int", default=3),
-        poll_s=dict(type="float", default=5),
+        poll_s=dict(type="float", default=2),
         timeout_s=dict(type="float", default=900),
     )
 

@@ -19,12 +19,14 @@ their own paths, as a site bakes its equivalents into the EE or mounts them.
 
 In make test (a few minutes with the EE image built, about one more to build it): smoke (one
 node), preflight -> report with set_stats and records across jobs, the overflow check twice (its
-tracker survives), the overflow history and warm-shared templates, the scheduled wave workflow
-with a failing first node, the three approval workflows refused for an unsigned and a
-foreign-signed record, the member revocation released by a signed record, and the whole wave
-workflow (preflight -> NCCL baseline -> onboard -> validate -> report) from the EE's installed copy.
+tracker survives), the overflow history and warm-shared templates, the operator's overflow move of
+a real Slurm job, the safe overflow drills chosen in the survey, the scheduled wave workflow with a
+failing first node, the three approval workflows refused for an unsigned and a foreign-signed
+record, the member revocation released by a signed record, and the whole wave workflow
+(preflight -> NCCL baseline -> onboard -> validate -> report) from the EE's installed copy.
 Marked long (make integration-long; many minutes each): the driver upgrade released by a signed
-record, onboard / validate / wave on one node, the overflow move of a real Slurm job, the drill.
+record, onboard / validate / wave on one node, every overflow drill (the unsafe ones through the
+lab's drill script).
 """
 import datetime
 import glob
@@ -429,17 +431,39 @@ def test_the_long_templates_run_on_one_node(site, template, answers):
     assert NODE in job.recap()
 
 
-@pytest.mark.long
 def test_overflow_move_moves_a_slurm_job(site, overflow_lab):
+    """The operator's move of a user's queued Slurm job by its ID (the survey's text answer): the job
+    finishes on the cloud pool and is withdrawn from the local queue."""
     from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow import backends as b
     with test_overflow.queued_slurm_job("awx", blocker_s=400) as (q, job_id):
         job = site.launch_job("hybridgpu overflow move", extra_vars={"overflow_jobs": str(job_id)})
         assert job.status == "successful", out(job)
         # AWX's callback prints the summary as JSON, the command line's as YAML
         assert re.search(r'"?path"?: "?operator', job.stdout) and q.state(job_id) == b.Q_WITHDRAWN, out(job)
+        assert re.search(r'"?state"?: "?finished', job.stdout), out(job)
+
+
+def test_overflow_safe_drills_run_and_report_on_the_persistent_path(site, overflow_lab):
+    """The safe drills chosen in the survey, with the inventory's test namespace and class: real cloud
+    Jobs on the node agents, real rsync to the storage host; the unsafe drills are not chosen, so the
+    estate's drill script does not run. The report lands on the persistent records path."""
+    from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow import drills
+    before = set(glob.glob(os.path.join(RECORDS, "overflow", "drill-*")))
+    job = site.launch_job("hybridgpu overflow drill", extra_vars={"overflow_drill_failures": list(drills.SAFE_NAMES)})
+    assert job.status == "successful", out(job)
+    made = sorted(set(glob.glob(os.path.join(RECORDS, "overflow", "drill-*"))) - before)
+    assert len(made) == 1, made
+    with open(os.path.join(made[0], "safe", "safe_drill.json")) as fh:
+        rep = json.load(fh)
+    failed = [(d["drill"], [c for c in d["checks"] if not c["pass"]]) for d in rep["drills"] if not d["pass"]]
+    assert rep["pass"], failed
+    assert [d["drill"] for d in rep["drills"]] == list(drills.SAFE_NAMES) and rep["refused"] == []
+    assert not os.path.exists(os.path.join(made[0], "drill.json"))     # the estate's script did not run
+    assert all(d["cleanup"]["deleted"] for d in rep["drills"])
 
 
 @pytest.mark.long
-def test_overflow_drill_runs(site, overflow_lab):
+def test_overflow_drill_runs_every_drill(site, overflow_lab):
+    """No drill chosen: all of them, the unsafe ones through the lab's drill script (disposable estate)."""
     job = site.launch_job("hybridgpu overflow drill")
     assert job.status == "successful", out(job)

@@ -1,6 +1,7 @@
 """Overflow in the lab, for both local queue backends (Slurm on site-sched, Jobs on the
 onprem emulator): real holds, real rsync staging to cloud-storage, real cloud Jobs run by the node
-agent, every drill failure injected once per movable class, the restricted control, the
+agent, every drill failure injected on both queues and both movable classes (pairwise; the full
+product with make integration-long), the restricted control, the
 checkpoint resume and the operator playbook. Each scenario restores what it changed."""
 import contextlib
 import json
@@ -151,16 +152,21 @@ def test_restricted_class_never_moves(envs, backend):
         assert c["pass"], c
 
 
-# Every failure for each queue and job class, but the slow cloud_node_lost (about a minute: the
-# node must be seen gone) once per queue and once per class, pairwise: Slurm with the large
-# input, Kubernetes with the small one.
-NODE_LOST_ONCE = {("slurm", "small-input"), ("kubernetes", "large-input")}
-SCENARIOS = [(bk, cls, f) for bk in ("slurm", "kubernetes") for cls in drill.MOVABLE
-             for f in drill.FAILURES if not (f == "cloud_node_lost" and (bk, cls) in NODE_LOST_ONCE)]
+# Every failure for each queue and for each job class, pairwise: a failure runs once on Slurm and
+# once on Kubernetes, with the two classes swapped from one failure to the next, so every pair of
+# queue and class, failure and queue, failure and class is drilled. The rest of the full product
+# (the same failure, queue and the other class) is marked long (make integration-long).
+def _pairwise(i, backend, job_class):
+    first = drill.MOVABLE[i % 2]
+    return job_class == (first if backend == "slurm" else drill.MOVABLE[1 - i % 2])
 
 
-@pytest.mark.parametrize("backend,job_class,failure", SCENARIOS,
-                         ids=["%s-%s-%s" % s for s in SCENARIOS])
+SCENARIOS = [pytest.param(bk, cls, f, id="%s-%s-%s" % (bk, cls, f),
+                          marks=() if _pairwise(i, bk, cls) else (pytest.mark.long,))
+             for i, f in enumerate(drill.FAILURES) for bk in ("slurm", "kubernetes") for cls in drill.MOVABLE]
+
+
+@pytest.mark.parametrize("backend,job_class,failure", SCENARIOS)
 def test_failure_drill(envs, backend, job_class, failure):
     r = drill.run_scenario(envs(backend), job_class, failure)
     assert r["commit_count"] <= 1
@@ -196,6 +202,9 @@ def queued_slurm_job(prefix, blocker_s=300):
         q.run("scancel -n %s; scancel -n %s" % (blocker, job), check=False)
 
 
+# The same two playbooks run in make test through AWX (test_awx_runner.py): from the command line
+# they are marked long.
+@pytest.mark.long
 def test_operator_playbook_moves_a_slurm_job(overflow_lab, tmp_path):
     # the playbook moves the user's job by Slurm's job ID
     with queued_slurm_job("pb") as (q, job_id):
@@ -209,6 +218,7 @@ def test_operator_playbook_moves_a_slurm_job(overflow_lab, tmp_path):
         assert q.state(job_id) == b.Q_WITHDRAWN
 
 
+@pytest.mark.long
 def test_safe_drills_playbook_on_the_lab(overflow_lab, tmp_path):
     """The safe drills through the playbook with the lab inventory's test namespace and class: real cloud
     Jobs on the node agents, real rsync to cloud-storage; the unsafe drills are not chosen, so the lab's

@@ -225,6 +225,13 @@ def test_survey_questions_are_well_formed():
     _fail(bad, "malformed surveys")
 
 
+def test_the_drill_survey_offers_exactly_the_drills_the_collection_has():
+    from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow import drills
+    question = next(q for q in _survey(BY_NAME["hybridgpu overflow drill"]) if q["variable"] == "overflow_drill_failures")
+    assert question["type"] == "multiselect" and not question["required"]
+    assert question["choices"] == list(drills.SAFE_NAMES + drills.UNSAFE_NAMES)
+
+
 # --- templates and playbooks -------------------------------------------------------------
 
 def test_every_template_points_at_an_existing_playbook():
