@@ -1,6 +1,7 @@
 """Unit tests for plugins/module_utils/preflight/network.py (net and path-MTU probe logic)."""
 import socket
 import threading
+import time
 
 import pytest
 
@@ -194,3 +195,31 @@ def test_net_probe_input_errors(probe, msg):
     with pytest.raises(network.ProbeError) as err:
         network.validate_net_probes([probe])
     assert msg in str(err.value)
+
+
+def test_probes_to_different_addresses_run_at_once_and_to_one_address_one_after_another():
+    lock = threading.Lock()
+    active = {}
+    peak = {"all": 0}
+    overlap_same_address = []
+
+    def slow_refused(addr, timeout):
+        with lock:
+            if active.get(addr[0]):
+                overlap_same_address.append(addr)
+            active[addr[0]] = active.get(addr[0], 0) + 1
+            peak["all"] = max(peak["all"], sum(active.values()))
+        time.sleep(0.3)
+        with lock:
+            active[addr[0]] -= 1
+        raise ConnectionRefusedError(111, "refused")
+
+    probes = [{"id": "p%d-%d" % (a, port), "protocol": "tcp", "address": "10.0.0.%d" % a, "port": port}
+              for port in (22, 80) for a in (1, 2, 3, 4)]
+    start = time.monotonic()
+    out = network.run_net_probes(probes, connect=slow_refused, timeout=1)
+    took = time.monotonic() - start
+    assert list(out) == [p["id"] for p in probes]
+    assert all(r["observed"] == "closed" for r in out.values()), out
+    assert overlap_same_address == []
+    assert peak["all"] == 4 and took < 8 * 0.3 / 2, (peak, took)
