@@ -78,6 +78,17 @@ options:
         changes anything.
     type: bool
     default: false
+  adopt:
+    description:
+      - The node's own copy of its manifest (the document onboarding keeps on the node). When
+        the manifest on the control host is missing or has no C(pre_onboarding) block, this
+        document becomes the manifest, so a node onboarded before under another records folder
+        (a new AWX persistent path, a restored control host) keeps its true standalone state and
+        everything onboarding recorded, instead of having its onboarded state taken for standalone.
+      - Ignored when the control host's manifest already holds the standalone state. Fails when
+        the document belongs to another node, has no C(pre_onboarding) block or has malformed
+        sections.
+    type: dict
   read:
     description:
       - Only read the manifest and return it; nothing is written. A missing manifest
@@ -162,6 +173,18 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import manifest
 
 
+def adopted(doc, node):
+    """The node's own copy as the manifest: its node, its standalone state and its sections checked."""
+    if not doc.get("pre_onboarding"):
+        raise manifest.ManifestError("the node's copy (adopt) has no pre_onboarding block")
+    out = manifest.merge({k: v for k, v in doc.items() if k != "sections"}, node)
+    for name, sec in sorted((doc.get("sections") or {}).items()):
+        if not isinstance(sec, dict):
+            raise manifest.ManifestError("the node's copy (adopt): section %r is not a mapping" % (name,))
+        out = manifest.merge(out, node, name, sec.get("artefacts") or [], sec.get("facts") or {})
+    return out
+
+
 def main():
     module = AnsibleModule(
         argument_spec=dict(
@@ -174,8 +197,10 @@ def main():
             pre_onboarding=dict(type="dict"),
             created_only=dict(type="bool", default=False),
             read=dict(type="bool", default=False),
+            adopt=dict(type="dict"),
         ),
-        mutually_exclusive=[("read", "section"), ("read", "pre_onboarding")],
+        mutually_exclusive=[("read", "section"), ("read", "pre_onboarding"), ("adopt", "read"),
+                            ("adopt", "section"), ("adopt", "pre_onboarding")],
         supports_check_mode=True,
     )
     p = module.params
@@ -188,11 +213,16 @@ def main():
                 manifest.baseline(before, p["path"])
             module.exit_json(changed=False, manifest=before, text=manifest.dumps(before) if before else "",
                              baseline_recorded=bool(before and before.get("pre_onboarding")), had=[])
-        arts = p["artefacts"]
-        if p["created_only"]:
-            arts, had = manifest.created(manifest.baseline(before, p["path"]), arts)
-        after = manifest.merge(before, p["node"], p["section"], arts, p["facts"],
-                               p["pre_onboarding"], p["replace"])
+        if p["adopt"] is not None:
+            # the control host's standalone state wins; the node's copy only fills a gap
+            has_baseline = bool(before and before.get("pre_onboarding"))
+            after = manifest.merge(before, p["node"]) if has_baseline else adopted(p["adopt"], p["node"])
+        else:
+            arts = p["artefacts"]
+            if p["created_only"]:
+                arts, had = manifest.created(manifest.baseline(before, p["path"]), arts)
+            after = manifest.merge(before, p["node"], p["section"], arts, p["facts"],
+                                   p["pre_onboarding"], p["replace"])
     except manifest.ManifestError as err:
         where = "" if p["path"] in str(err) else " " + p["path"]
         module.fail_json(msg="Manifest%s for node %s: %s" % (where, p["node"], err))

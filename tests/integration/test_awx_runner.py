@@ -409,6 +409,16 @@ def test_the_wave_workflow_hands_each_step_on(site, lab_lock):
     assert any("/roles/onboard/" in p for p in roles) and any("/roles/validate/" in p for p in roles), roles
     assert all(p.startswith(EE_COLLECTION) or p.startswith("/runner/project/playbooks/") for p in paths), sorted(paths)
 
+    # The nodes were onboarded before under the command line's records folder: the manifests on the
+    # persistent path took each node's own copy, so the standalone state removal restores is the
+    # one recorded before the first onboarding, not the onboarded state (the kubelet running).
+    for name in (n["name"] for n in config.NODES if n["role"] == "owned"):
+        with open(os.path.join(RECORDS, "manifests", name + ".json")) as fh:
+            kept = json.load(fh)["pre_onboarding"]
+        on_node = json.loads(ssh(name, "cat /var/lib/hybridgpu/manifest.json").stdout)["pre_onboarding"]
+        assert kept == on_node, name
+        assert "kubelet.service" not in kept["active_units"], (name, kept["active_units"])
+
     # Real state: the owned Nodes carry the placement label and taint in the onprem API.
     from ansible_collections.hybridgpu.fleet.plugins.module_utils.common.k8s import Kube
     kube = Kube({"kubeconfig": os.path.join(config.LAB_DIR, "k8s", "kubeconfig"), "context": "onprem"})

@@ -215,3 +215,30 @@ def test_a_broken_manifest_stops_the_baseline_step_too(tmp_path):
     path = _a_list(tmp_path)
     out = run_module({"path": path, "node": "n1", "read": True})
     assert out["failed"] is True and "holds a JSON list" in out["msg"]
+
+
+def test_a_node_onboarded_under_another_records_folder_keeps_its_standalone_state(tmp_path):
+    """The node's own copy fills a missing manifest (adopt): its standalone state and sections are
+    taken, never the onboarded state read now; a manifest with a baseline is not touched; check mode
+    writes nothing; another node's copy or one without a baseline is refused, naming why."""
+    first = str(tmp_path / "old" / "n1.json")
+    onboard(first)
+    node_copy = json.loads(open(first).read())
+    path = str(tmp_path / "awx" / "manifests" / "n1.json")
+
+    dry = run_module({"path": path, "node": "n1", "adopt": node_copy}, check_mode=True)
+    assert dry["changed"] and not os.path.exists(path), dry
+    got = run_module({"path": path, "node": "n1", "adopt": node_copy})
+    assert got["changed"] and got["baseline_recorded"], got
+    assert json.loads(open(path).read()) == node_copy
+    # the removal plan from the adopted manifest is the one from the original
+    assert removal.plan(manifest.load(path)) == removal.plan(manifest.load(first))
+    again = run_module({"path": path, "node": "n1", "adopt": dict(node_copy, pre_onboarding={"active_units": ["kubelet.service"]})})
+    assert not again["changed"] and json.loads(open(path).read()) == node_copy, again
+
+    other = run_module({"path": str(tmp_path / "x" / "n2.json"), "node": "n2", "adopt": node_copy})
+    assert other["failed"] and "belongs to node 'n1', not 'n2'" in other["msg"], other
+    bare = run_module({"path": str(tmp_path / "y" / "n1.json"), "node": "n1",
+                       "adopt": {k: v for k, v in node_copy.items() if k != "pre_onboarding"}})
+    assert bare["failed"] and "no pre_onboarding block" in bare["msg"], bare
+    assert not os.path.exists(str(tmp_path / "y" / "n1.json"))
