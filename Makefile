@@ -65,8 +65,8 @@ conformance: venv
 integration: lab-up
 	$(BIN)/pytest tests/integration -q -m "lab and not long" --durations=25
 
-# The AWX templates that take many minutes each (a driver upgrade, onboarding and validation on
-# one node, the overflow move and drill), run by ansible-runner in the EE; not part of make test.
+# What make test covers another way (README): the other half of the overflow drill pairs, the
+# command-line overflow move and safe drills, single-node AWX onboard/validate, every AWX drill.
 integration-long: lab-up
 	$(BIN)/pytest tests/integration -q -m "lab and long" --durations=10
 

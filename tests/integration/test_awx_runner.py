@@ -19,14 +19,15 @@ their own paths, as a site bakes its equivalents into the EE or mounts them.
 
 In make test (a few minutes with the EE image built, about one more to build it): smoke (one
 node), preflight -> report with set_stats and records across jobs, the overflow check twice (its
-tracker survives), the overflow history and warm-shared templates, the operator's overflow move of
-a real Slurm job, the safe overflow drills chosen in the survey, the scheduled wave workflow with a
-failing first node, the three approval workflows refused for an unsigned and a foreign-signed
-record, the member revocation released by a signed record, and the whole wave workflow
-(preflight -> NCCL baseline -> onboard -> validate -> report) from the EE's installed copy.
-Marked long (make integration-long; many minutes each): the driver upgrade released by a signed
-record, onboard / validate / wave on one node, every overflow drill (the unsafe ones through the
-lab's drill script).
+tracker survives), the overflow history and warm-shared templates, the scheduled wave workflow with
+a failing first node, the three approval workflows refused for an unsigned and a foreign-signed
+record, the member revocation released by a signed record, the whole wave workflow (preflight ->
+NCCL baseline -> onboard -> validate -> report) from the EE's installed copy, the driver upgrade
+and the removal released by signed records (the wave template bringing the removed node back), the
+operator's overflow move of a real Slurm job and the safe overflow drills chosen in the survey.
+Marked long (make integration-long): onboard / validate / wave on one node (their templates run
+in make test inside the workflows and after the removal), every overflow drill (the unsafe ones
+through the lab's drill script).
 """
 import datetime
 import glob
@@ -349,24 +350,7 @@ def test_a_signed_record_releases_the_member_revocation(ee, member, tmp_path):
         assert json.load(fh)["first_used_at"] == first_used
 
 
-@pytest.mark.long
-def test_a_signed_record_releases_the_driver_upgrade(ee, setup, tmp_path):
-    """The approval workflow in front of upgrade_rehearsal.yml, launched by ops-oncall with a
-    record ops-lead signed: approved, the job moves the node to 550 (its matrix row from the
-    preflight record the AWX preflight job left on the persistent path)."""
-    appr = setup["appr"]
-    site = make_site(ee, tmp_path / "jobs", user="ops-oncall", mounts=[str(setup["tmp"])], boundary=appr["boundary"])
-    answers = dict(upgrade_target=upgrade_lab.NODE, **record_answers(
-        appr, setup["tmp"], "awx-upgrade.yml", "ops-lead", change_id="CHG-AWX-UP-%d" % int(time.time()),
-        action="driver_upgrade", targets=[upgrade_lab.NODE], requester="ops-oncall"))
-    check = approver(appr, tmp_path)
-    run = site.launch_workflow("hybridgpu driver upgrade rehearsal (approved)", extra_vars=answers, approve=check)
-    assert check.answers[0].returncode == 0, check.answers[0].stderr
-    assert run.order == ["approve", "upgrade"] and run.status == "successful", out(run.nodes["upgrade"].job)
-    assert upgrade_lab.driver().startswith("550."), upgrade_lab.driver()
-
-
-# --- slow: the long templates --------------------------------------------------------------
+# --- the wave workflow, then the approved upgrade and removal ------------------------------
 
 # The collection as the EE installed it from the tarball (ansible-builder's galaxy step).
 EE_COLLECTION = "/usr/share/ansible/collections/ansible_collections/hybridgpu/fleet/"
@@ -429,11 +413,65 @@ def test_the_wave_workflow_hands_each_step_on(site, lab_lock):
         assert {"key": "hybridgpu.io/owned", "value": "true", "effect": "PreferNoSchedule"} in taints, taints
 
 
+def test_a_signed_record_releases_the_driver_upgrade(ee, setup, tmp_path):
+    """The approval workflow in front of upgrade_rehearsal.yml, launched by ops-oncall with a
+    record ops-lead signed: approved, the job moves the node to 550 (its matrix row from the
+    preflight record the AWX preflight job left on the persistent path). It runs after the wave
+    workflow, whose validation records and NCCL baselines it reads on the persistent path."""
+    appr = setup["appr"]
+    site = make_site(ee, tmp_path / "jobs", user="ops-oncall", mounts=[str(setup["tmp"])], boundary=appr["boundary"])
+    change = "CHG-AWX-UP-%d" % int(time.time())
+    answers = dict(upgrade_target=upgrade_lab.NODE, **record_answers(
+        appr, setup["tmp"], "awx-upgrade.yml", "ops-lead", change_id=change,
+        action="driver_upgrade", targets=[upgrade_lab.NODE], requester="ops-oncall"))
+    check = approver(appr, tmp_path)
+    run = site.launch_workflow("hybridgpu driver upgrade rehearsal (approved)", extra_vars=answers, approve=check)
+    assert check.answers[0].returncode == 0, check.answers[0].stderr
+    assert run.order == ["approve", "upgrade"] and run.status == "successful", out(run.nodes["upgrade"].job)
+    assert upgrade_lab.driver().startswith("550."), upgrade_lab.driver()
+    # the record on the persistent path names the AWX user who launched the job as the executor
+    with open(os.path.join(RECORDS, "upgrades", "upgrade-%s-%s.json" % (upgrade_lab.NODE, change))) as fh:
+        record = json.load(fh)
+    assert record["executed_by"] == "ops-oncall" and record["approved_by"] == "ops-lead", record
+
+
+def test_a_signed_record_releases_the_removal_and_the_wave_template_brings_the_node_back(ee, site, lab_lock, tmp_path):
+    """The approval workflow in front of remove.yml: approved with a record sec-owner signed, the job
+    (launched by ops-lead, the executor) removes the node as its manifest on the persistent path
+    lists: the Node is gone from the API, the kubelet stopped on the node, the event in the audit
+    log on the persistent path. The wave template (wave.yml in one job) limited to the node then
+    brings it back: Ready again, with its placement label."""
+    from ansible_collections.hybridgpu.fleet.plugins.module_utils.common.k8s import Kube
+    kube = Kube({"kubeconfig": os.path.join(config.LAB_DIR, "k8s", "kubeconfig"), "context": "onprem"})
+    appr = approvers(tmp_path / "appr")
+    approved = make_site(ee, tmp_path / "jobs", user="ops-lead", mounts=[str(tmp_path)], boundary=appr["boundary"])
+    change = "CHG-AWX-RM-%d" % int(time.time())
+    answers = dict(remove_targets=NODE, **record_answers(appr, tmp_path, "awx-remove.yml", "sec-owner", change_id=change,
+                                                         action="remove", targets=[NODE], requester="ops-lead"))
+    check = approver(appr, tmp_path)
+    run = approved.launch_workflow("hybridgpu removal (approved)", extra_vars=answers, approve=check)
+    assert check.answers[0].returncode == 0, check.answers[0].stderr
+    job = run.nodes["remove"].job
+    assert run.order == ["approve", "remove"] and run.status == "successful", out(job)
+    assert kube.get_node(NODE) is None
+    assert ssh(NODE, "systemctl is-active kubelet", check=False).stdout.strip() != "active"
+    with open(os.path.join(RECORDS, "audit", "audit.jsonl")) as fh:
+        assert change in fh.read(), "the audit log must be on the persistent path"
+
+    back = site.launch_job("hybridgpu wave", limit=NODE)
+    assert back.status == "successful", out(back)
+    node = kube.get_node(NODE)
+    assert node is not None, out(back)
+    assert [c["status"] for c in node["status"]["conditions"] if c["type"] == "Ready"] == ["True"]
+    assert node["metadata"]["labels"].get("node-restriction.kubernetes.io/data-class") == "restricted"
+
+
+# --- slow: the long templates --------------------------------------------------------------
+
 @pytest.mark.long
 @pytest.mark.parametrize("template, answers", [
     ("hybridgpu onboard", {"onboard_wave": "wave1"}),
     ("hybridgpu validate", {"validate_hosts": "wave1"}),
-    ("hybridgpu wave", None),
 ])
 def test_the_long_templates_run_on_one_node(site, template, answers):
     job = site.launch_job(template, extra_vars=answers, limit=NODE)
