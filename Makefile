@@ -54,7 +54,7 @@ unit: venv
 
 # The overflow protocol against 10,000 random fault schedules on the SQLite ledger and 1,000 on the
 # Kubernetes ledger's double (CI runs 500 and 100) and every input document fuzzed with 2,000
-# examples (CI runs 200). Takes a few minutes.
+# examples (CI runs 100). Takes a few minutes.
 soak: venv
 	HGPU_PROTOCOL_SCHEDULES=10000 HGPU_PROTOCOL_K8S_SCHEDULES=1000 $(BIN)/pytest tests/unit/overflow/test_protocol_property.py -q
 	HGPU_FUZZ_EXAMPLES=2000 $(BIN)/pytest tests/unit/test_input_fuzz.py -q
