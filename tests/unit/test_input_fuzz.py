@@ -3,7 +3,7 @@ documented error whose message names the file. Any other exception is a crash in
 
 Documents come from three sources: arbitrary YAML/JSON-like structures, mutations of the real
 lab files (a value replaced, a key dropped or added) and arbitrary text. Examples per document:
-HGPU_FUZZ_EXAMPLES (default 200), e.g. ``HGPU_FUZZ_EXAMPLES=5000 .venv/bin/pytest tests/unit/test_input_fuzz.py``.
+HGPU_FUZZ_EXAMPLES (default 100; ``make soak`` runs 2,000), e.g. ``HGPU_FUZZ_EXAMPLES=5000 .venv/bin/pytest tests/unit/test_input_fuzz.py``.
 """
 import copy
 import datetime
@@ -22,7 +22,7 @@ from ansible_collections.hybridgpu.fleet.plugins.module_utils.preflight import i
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PREFLIGHT = os.path.join(ROOT, "inventories", "lab", "preflight")
-EXAMPLES = int(os.environ.get("HGPU_FUZZ_EXAMPLES", "200"))
+EXAMPLES = int(os.environ.get("HGPU_FUZZ_EXAMPLES", "100"))
 FUZZ = settings(max_examples=EXAMPLES, deadline=None, database=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
                                        HealthCheck.function_scoped_fixture])

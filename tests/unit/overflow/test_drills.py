@@ -28,13 +28,13 @@ def world(tmp_path_factory):
     w.stop()
 
 
-def drill(world, tmp_path, name, **kw):
+def drill(world, tmp_path, name, timeout_s=30, **kw):
     cloud = K8sCloudCluster(world.kube("cloud-direct"), namespace=NS)
     ledger = Tracker(str(tmp_path / "drill.db"))
     try:
         rec = drills.run_drill(name, cloud, backends.MemoryStager(world.storage), ledger, "drill-test",
                                lambda job_id: drills.test_spec(job_id, TEMPLATE), [{"name": "in.txt", "size": 16}],
-                               poll_s=0.1, timeout_s=30, **kw)
+                               poll_s=0.1, timeout_s=timeout_s, **kw)
     finally:
         ledger.close()
     # everything the drill created in the test namespace is gone
@@ -103,8 +103,11 @@ def test_retried_commit_taken_as_refused_leaves_no_final_state(world, tmp_path, 
             return self._result(job_id, "commit_refused", verdict["reason"], attempt_id)
         return real(self, job_id, attempt_id, verdict)
     monkeypatch.setattr(protocol.Dispatcher, "_finish", refuse_repeats)
-    rec = drill(world, tmp_path, "retried_commit")
+    # the broken protocol never reaches a final state, so the drill runs to its timeout; a short one
+    # is enough: the commit and its refused repeat come within the first polls (checked below)
+    rec = drill(world, tmp_path, "retried_commit", timeout_s=6)
     assert not rec["pass"] and "one final state" in failed(rec)
+    assert rec["evidence"]["commit_count"] == 1 and "repeated" in rec["evidence"]["rejected_commits"][0]
 
 
 def test_link_cut_at_start_that_releases_while_the_cloud_runs_fails(world, tmp_path, monkeypatch):
@@ -119,8 +122,11 @@ def test_link_cut_at_start_that_releases_while_the_cloud_runs_fails(world, tmp_p
             return self._release(job_id, att["attempt_id"], "cloud unreachable")
         return real(self, job_id)
     monkeypatch.setattr(protocol.Dispatcher, "poll", give_up)
-    rec = drill(world, tmp_path, "link_cut_start")
+    # the cloud Job of the released job stays in use, so the drill runs to its timeout; the release
+    # comes within the first polls after the cut (checked below)
+    rec = drill(world, tmp_path, "link_cut_start", timeout_s=6)
     assert not rec["pass"] and rec["final_state"] == "back_local"
+    assert "the link was cut at the mark" not in failed(rec)
     assert "no double dispatch: no cloud Job when released locally" in failed(rec)
 
 

@@ -246,16 +246,33 @@ def test_module_check_mode_then_write_then_unchanged(export, tmp_path):
     assert run_module(args)["changed"] is False
 
 
-@pytest.mark.parametrize("args, message", [
+INPUT_ERRORS = [
     ({"source": "sacct"}, "source is sacct but all of the following are missing: path"),
     ({"source": "sacct", "path": "/nonexistent/sacct.txt"}, "/nonexistent/sacct.txt: cannot read"),
     ({"source": "sacct", "path": "/dev/null", "record_path": "/tmp/x.html"}, "record_path: must end in .json"),
     ({"source": "sacct", "path": "/dev/null", "window": "soon"}, "window: cannot read duration"),
     ({"source": "sacct", "path": "/dev/null", "prices": {"gpu_hour": "cheap"}},
      "prices.gpu_hour: must be a number of at least 0, not 'cheap'"),
-])
-def test_module_input_errors(args, message):
-    res = run_module(dict({"job_classes": CLASSES_FILE}, **args))
+]
+
+
+@pytest.fixture(scope="module")
+def input_error_results(tmp_path_factory):
+    """The module's result for each bad input, one task each (the failures ignored) in one ansible-playbook run."""
+    book = tmp_path_factory.mktemp("input-errors") / "play.yml"
+    tasks = [{"name": "case %d" % n, "hybridgpu.fleet.overflow_history": dict({"job_classes": CLASSES_FILE}, **args),
+              "ignore_errors": True} for n, (args, dummy) in enumerate(INPUT_ERRORS)]
+    book.write_text(json.dumps([{"hosts": "localhost", "connection": "local", "gather_facts": False, "tasks": tasks}]))
+    out, result = ansible_json([os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i", "localhost,",
+                                "-e", "ansible_python_interpreter=" + sys.executable, str(book)])
+    ran = result["plays"][0]["tasks"]
+    assert [t["task"]["name"] for t in ran] == ["case %d" % n for n in range(len(INPUT_ERRORS))], out.stdout[-3000:]
+    return [t["hosts"]["localhost"] for t in ran]
+
+
+@pytest.mark.parametrize("args, message", INPUT_ERRORS)
+def test_module_input_errors(input_error_results, args, message):
+    res = input_error_results[INPUT_ERRORS.index((args, message))]
     assert res.get("failed") and message in res["msg"]
 
 

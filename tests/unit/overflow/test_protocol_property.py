@@ -11,8 +11,8 @@ in-memory double of the API (ledger_world.FakeObjects: 409 on a second create an
 resourceVersion; test_ledger_k8s holds it to the emulator's answers) and, for a few short schedules,
 over the API emulator on loopback (HTTPS, official client; about 45 ms a call here, so a full
 schedule takes close to a minute). Each schedule has its own object name prefix.
-Schedules per run: HGPU_PROTOCOL_SCHEDULES for SQLite (default 2000, about 20 s; ``make soak`` runs
-10,000), HGPU_PROTOCOL_K8S_SCHEDULES for the double (default 300) and
+Schedules per run: HGPU_PROTOCOL_SCHEDULES for SQLite (default 500, about 10 s on a loaded CI machine;
+``make soak`` runs 10,000), HGPU_PROTOCOL_K8S_SCHEDULES for the double (default 100; ``make soak`` runs 1,000) and
 HGPU_PROTOCOL_K8S_EMULATOR_SCHEDULES for the emulator (default 1, of at most 40 moves).
 The count is part of the test id, and the test fails when fewer schedules ran.
 """
@@ -37,8 +37,8 @@ IMAGE = {"name": "overflow-job.tar"}
 
 JOBS = ["job-a", "job-b"]
 MAX_ATTEMPTS = 3
-SCHEDULES = int(os.environ.get("HGPU_PROTOCOL_SCHEDULES", "2000"))
-K8S_SCHEDULES = int(os.environ.get("HGPU_PROTOCOL_K8S_SCHEDULES", "300"))
+SCHEDULES = int(os.environ.get("HGPU_PROTOCOL_SCHEDULES", "500"))
+K8S_SCHEDULES = int(os.environ.get("HGPU_PROTOCOL_K8S_SCHEDULES", "100"))
 EMULATOR_SCHEDULES = int(os.environ.get("HGPU_PROTOCOL_K8S_EMULATOR_SCHEDULES", "1"))
 # the ledger each schedule gets (None: the World's own SQLite tracker in memory)
 LEDGER = {"factory": None}

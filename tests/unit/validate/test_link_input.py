@@ -11,27 +11,8 @@ from hgpu_testenv import ROOT
 TASKS = os.path.join(ROOT, "roles", "validate", "tasks", "link_input.yml")
 
 
-def run_check(tmp_path, address, port=6443):
-    play = [{"hosts": "localhost", "gather_facts": False,
-             "vars": {"validate_link_api_address": address, "validate_link_api_port": port},
-             "tasks": [{"ansible.builtin.include_tasks": TASKS},
-                       {"ansible.builtin.file": {"path": str(tmp_path / "reached"), "state": "touch"}}]}]
-    (tmp_path / "play.yml").write_text(json.dumps(play))
-    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"), ANSIBLE_NOCOLOR="1")
-    proc = subprocess.run([os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i", "localhost,",
-                           "-c", "local", "-e", "ansible_python_interpreter=" + sys.executable,
-                           str(tmp_path / "play.yml")], capture_output=True, text=True, env=env, timeout=120,
-                          check=False, cwd=ROOT)
-    return proc, (tmp_path / "reached").exists()
-
-
-@pytest.mark.parametrize("address", ["10.213.77.1", "fd00::1", "2001:db8:0:1::6443"])
-def test_addresses_pass(tmp_path, address):
-    proc, reached = run_check(tmp_path, address)
-    assert proc.returncode == 0 and reached, proc.stdout + proc.stderr
-
-
-@pytest.mark.parametrize("address, port", [
+PASS = ["10.213.77.1", "fd00::1", "2001:db8:0:1::6443"]
+STOP = [
     ("10.0.0.1 tcp dport 22 accept; #", 6443),
     ("10.0.0.1\n}\ntable inet x {", 6443),
     ("$(touch /tmp/x)", 6443),
@@ -40,11 +21,51 @@ def test_addresses_pass(tmp_path, address):
     ("10.0.0.1", "6443 drop; accept"),
     ("10.0.0.1", 0),
     ("10.0.0.1", 70000),
-])
-def test_anything_else_stops_before_the_node(tmp_path, address, port):
-    proc, reached = run_check(tmp_path, address, port)
-    assert proc.returncode != 0 and not reached
-    assert "validate_link_api_address / validate_link_api_port on localhost" in proc.stdout
+]
+CASES = [(address, 6443) for address in PASS] + STOP
+
+
+@pytest.fixture(scope="module")
+def checked(tmp_path_factory):
+    """Every case as its own host (its address and port as host variables) of one ansible-playbook
+    run: a host whose input the step refuses stops there, the others go on and touch their file.
+    Returns {case index: (the host's line of the play recap, whether it got past the step)}, and
+    the run's output."""
+    tmp = tmp_path_factory.mktemp("link-input")
+    hosts = {"case%d" % n: {"validate_link_api_address": address, "validate_link_api_port": port}
+             for n, (address, port) in enumerate(CASES)}
+    (tmp / "hosts.json").write_text(json.dumps({"all": {"hosts": hosts, "vars": {
+        "ansible_connection": "local", "ansible_python_interpreter": sys.executable}}}))
+    play = [{"hosts": "all", "gather_facts": False,
+             "tasks": [{"ansible.builtin.include_tasks": TASKS},
+                       {"ansible.builtin.file": {"path": str(tmp) + "/reached-{{ inventory_hostname }}", "state": "touch"}}]}]
+    (tmp / "play.yml").write_text(json.dumps(play))
+    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"), ANSIBLE_NOCOLOR="1")
+    proc = subprocess.run([os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i", str(tmp / "hosts.json"),
+                           str(tmp / "play.yml")], capture_output=True, text=True, env=env, timeout=120,
+                          check=False, cwd=ROOT)
+    recap = {}
+    for line in proc.stdout.split("PLAY RECAP")[-1].splitlines():
+        if line.startswith("case"):
+            recap[line.split()[0]] = line
+    assert sorted(recap) == sorted(hosts), proc.stdout + proc.stderr
+    return {n: (recap["case%d" % n], (tmp / ("reached-case%d" % n)).exists()) for n in range(len(CASES))}, proc.stdout
+
+
+@pytest.mark.parametrize("address", PASS)
+def test_addresses_pass(checked, address):
+    results, out = checked
+    recap, reached = results[CASES.index((address, 6443))]
+    assert "failed=0" in recap and reached, out
+
+
+@pytest.mark.parametrize("address, port", STOP)
+def test_anything_else_stops_before_the_node(checked, address, port):
+    results, out = checked
+    n = CASES.index((address, port))
+    recap, reached = results[n]
+    assert "failed=1" in recap and not reached
+    assert "validate_link_api_address / validate_link_api_port on case%d:" % n in out
 
 
 def test_the_step_checks_first_and_puts_no_value_into_a_shell():
