@@ -36,7 +36,7 @@ def up(args):
         for n in config.NODES:
             states[n["name"]] = nodes.ensure_node(n, ref)
         for n in config.NODES:
-            nodes.wait_booted(n)
+            nodes.wait_booted(n, ref)
     step("nodes", start_all)
     # No API guard until onboarding makes one: owned nodes made afresh are not onboarded, so a
     # guard left from their predecessors goes. Nodes that kept their disks keep their guard.

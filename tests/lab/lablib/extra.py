@@ -26,17 +26,20 @@ def ensure_container(host, image, extra_args=()):
         run(["podman", "rm", "-f", "-t", "5", name])
         info = None
     state = "ok"
-    if info is None:
+
+    def create():
         run(["podman", "create", "--name", name, "--hostname", name, "--network", config.NETWORK,
              "--ip", host["ip"], "--systemd=always", "--cap-add", "NET_ADMIN", "--cap-add", "AUDIT_WRITE",
              "--label", "%s=%s" % (config.NODE_LABEL_KEY, name), *extra_args, image, "/sbin/init"])
         run(["podman", "cp", key_path() + ".pub", "%s:/root/.ssh/authorized_keys" % name])
         run(["podman", "start", name])
+    if info is None:
+        create()
         state = "created"
     elif not info["State"]["Running"]:
         run(["podman", "start", name])
         state = "started"
-    nodes.wait_until_booted(name, 150)
+    nodes.wait_until_booted(name, 150, create)
     wait_for("sshd on %s (%s)" % (name, host["ip"]), lambda: ssh_ok(host), 60)
     record_host_keys(host)
     return state

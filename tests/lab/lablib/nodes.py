@@ -7,6 +7,7 @@ passes it as known_hosts, revoke_known_hosts and node_removal_known_hosts)."""
 import json
 import os
 import subprocess
+import time
 
 from . import config
 from .util import LabError, log, run, wait_for, write_if_changed
@@ -127,17 +128,28 @@ def network_exists():
     return run(["podman", "network", "exists", config.NETWORK], check=False).returncode == 0
 
 
+def attached_containers():
+    res = run(["podman", "ps", "-a", "--filter", "network=" + config.NETWORK, "--format", "{{.Names}}"],
+              check=False)
+    return res.stdout.split()
+
+
 def ensure_network():
+    """The lab's bridge, without podman's DNS server: nodes know each other through --add-host,
+    so an aardvark-dns that dies cannot take a container's network down with it."""
     if network_exists():
         info = json.loads(run(["podman", "network", "inspect", config.NETWORK]).stdout)[0]
         subnets = [s.get("subnet") for s in info.get("subnets", [])]
         if config.SUBNET not in subnets:
             raise LabError("podman network %s exists with subnets %s, expected %s; "
                            "run `tests/lab/lab down` first" % (config.NETWORK, subnets, config.SUBNET))
-        return False
+        if not info.get("dns_enabled") or attached_containers():
+            return False
+        log("podman network %s runs a DNS server the lab does not use: recreating it" % config.NETWORK)
+        run(["podman", "network", "rm", config.NETWORK])
     log("creating podman network %s (%s)" % (config.NETWORK, config.SUBNET))
-    run(["podman", "network", "create", "--subnet", config.SUBNET, "--gateway", config.BRIDGE_IP,
-         "--label", config.NODE_LABEL_KEY + "=network", config.NETWORK])
+    run(["podman", "network", "create", "--disable-dns", "--subnet", config.SUBNET,
+         "--gateway", config.BRIDGE_IP, "--label", config.NODE_LABEL_KEY + "=network", config.NETWORK])
     return True
 
 
@@ -194,6 +206,8 @@ def write_image_digests(node):
 
 
 RESTART_POLICY = "always"
+# Seconds a container may stay stopped while booting before it is restarted.
+STOPPED_GRACE_S = 15
 
 
 def create_node(node, image):
@@ -272,28 +286,60 @@ def boot_report(name):
         (logs.stdout + logs.stderr).strip() or "none")
 
 
-def wait_until_booted(name, timeout):
+def wait_until_booted(name, timeout, recreate=None):
     """systemd's final boot state ('running' or 'degraded'). A node that has not finished in time
     is restarted once (its report logged) and given the time again; a second miss fails with what
-    it still waits for. A loaded 2-core machine boots five nodes in well under a minute."""
+    it still waits for. A container that podman cannot restart (its state left broken by a failed
+    network teardown) is removed and made again by `recreate` when given. A loaded 2-core
+    machine boots five nodes in well under a minute."""
+    stopped = []
+
     def probe():
         state = boot_state(name)
-        return state if state in ("running", "degraded") else None
+        if state in ("running", "degraded"):
+            return state
+        # A container that stopped (and that its restart policy did not start again) is
+        # not waited on for the whole timeout.
+        if "stopped container" in state or "no such container" in state.lower():
+            stopped.append(time.monotonic())
+            if stopped[-1] - stopped[0] > STOPPED_GRACE_S:
+                return "stopped"
+        else:
+            stopped.clear()
+        return None
     what = "%s to boot (systemctl is-system-running)" % name
     try:
-        return wait_for(what, probe, timeout)
+        state = wait_for(what, probe, timeout)
+        if state != "stopped":
+            return state
+        log("%s stopped while booting; restarting it once. %s" % (name, boot_report(name)))
     except LabError as exc:
         log("%s; restarting it once. %s" % (exc, boot_report(name)))
-    run(["podman", "restart", "-t", "5", name], timeout=120)
+    res = run(["podman", "restart", "-t", "5", name], check=False, timeout=120)
+    if res.returncode != 0:
+        why = (res.stderr or res.stdout).strip()[-600:]
+        if recreate is None:
+            raise LabError("podman restart %s failed (rc=%d):\n%s" % (name, res.returncode, why))
+        log("podman restart %s failed (rc=%d): removing it and making it again\n%s" % (name, res.returncode, why))
+        run(["podman", "rm", "-f", "-t", "5", name], check=False, timeout=120)
+        recreate()
+    stopped.clear()
     try:
-        return wait_for(what, probe, timeout)
+        state = wait_for(what, probe, timeout)
     except LabError as exc:
         raise LabError("%s (after one restart)\n%s" % (exc, boot_report(name)))
+    if state == "stopped":
+        raise LabError("%s stopped again while booting (after one restart)\n%s" % (name, boot_report(name)))
+    return state
 
 
-def wait_booted(node, timeout=150):
-    """Wait for systemd to finish booting; fail listing failed units when degraded."""
-    state = wait_until_booted(node["name"], timeout)
+def wait_booted(node, image=None, timeout=150):
+    """Wait for systemd to finish booting; fail listing failed units when degraded. With `image`,
+    a node podman cannot restart is made again from it."""
+    def recreate():
+        create_node(node, image)
+        run(["podman", "start", node["name"]])
+    state = wait_until_booted(node["name"], timeout, recreate if image else None)
     if state == "degraded":
         failed = exec_(node, "systemctl", "--failed", "--no-legend", "--plain", check=False).stdout
         raise LabError("%s booted degraded; failed units:\n%s" % (node["name"], failed.strip()))

@@ -1,0 +1,97 @@
+"""The lab's node boot wait: a container that stops while booting is restarted without waiting out
+the timeout, one podman cannot restart is made again, and the bridge runs no DNS server."""
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+LAB = os.path.join(os.path.dirname(__file__), "..", "..", "lab")
+if LAB not in sys.path:
+    sys.path.insert(0, LAB)
+
+from lablib import nodes, util  # noqa: E402
+from lablib.util import LabError  # noqa: E402
+
+
+class FakePodman:
+    """Answers `systemctl is-system-running` with `before` until the container is restarted or
+    made again, then with `after`; records the podman calls."""
+
+    def __init__(self, before, after, restart_rc=0):
+        self.state = before
+        self.after = after
+        self.restart_rc = restart_rc
+        self.calls = []
+
+    def run(self, cmd, check=True, timeout=None, **_):
+        self.calls.append(cmd)
+        if cmd[:2] == ["podman", "restart"]:
+            rc, err = self.restart_rc, "Error: cannot start a container that has stopped"
+        else:
+            rc, err = 0, ""
+        if (cmd[:2] == ["podman", "restart"] and not rc) or cmd[:2] == ["podman", "rm"]:
+            self.state = self.after
+        if check and rc:
+            raise LabError("command failed (rc=%d): %s" % (rc, " ".join(cmd)))
+        return subprocess.CompletedProcess(cmd, rc, "", err)
+
+    def boot_state(self, _name):
+        return self.state
+
+
+STOPPED = "Error: OCI runtime error: runc: exec failed: cannot exec in a stopped container"
+
+
+@pytest.fixture
+def podman(monkeypatch):
+    def make(before, after, restart_rc=0):
+        fake = FakePodman(before, after, restart_rc)
+        monkeypatch.setattr(nodes, "run", fake.run)
+        monkeypatch.setattr(nodes, "boot_state", fake.boot_state)
+        monkeypatch.setattr(nodes, "boot_report", lambda name: "report of %s" % name)
+        monkeypatch.setattr(nodes, "STOPPED_GRACE_S", 0.2)
+        monkeypatch.setattr(nodes, "wait_for", _fast_wait_for)
+        return fake
+    return make
+
+
+def _fast_wait_for(what, probe, timeout, interval=0.05):
+    return util.wait_for(what, probe, timeout, interval=0.05)
+
+
+def test_a_stopped_container_is_restarted_before_the_timeout(podman):
+    fake = podman(STOPPED, "running")
+    t0 = time.monotonic()
+    assert nodes.wait_until_booted("owned-a100-1", timeout=30) == "running"
+    assert time.monotonic() - t0 < 10, "waited out the boot timeout on a stopped container"
+    assert ["podman", "restart", "-t", "5", "owned-a100-1"] in fake.calls
+
+
+def test_a_container_podman_cannot_restart_is_made_again(podman):
+    fake = podman(STOPPED, "running", restart_rc=125)
+    made = []
+    assert nodes.wait_until_booted("owned-a100-1", 30, recreate=lambda: made.append(1)) == "running"
+    assert made == [1]
+    assert ["podman", "rm", "-f", "-t", "5", "owned-a100-1"] in fake.calls
+
+
+def test_without_a_way_to_make_it_again_the_restart_failure_is_named(podman):
+    podman(STOPPED, "running", restart_rc=125)
+    with pytest.raises(LabError, match=r"(?s)podman restart owned-a100-1 failed .*cannot start a container"):
+        nodes.wait_until_booted("owned-a100-1", 30)
+
+
+def test_a_container_that_stops_again_fails_with_its_report(podman):
+    podman(STOPPED, STOPPED)
+    with pytest.raises(LabError, match=r"(?s)owned-a100-1 stopped again while booting.*report of owned-a100-1"):
+        nodes.wait_until_booted("owned-a100-1", 30)
+
+
+def test_the_lab_bridge_is_made_without_dns(monkeypatch):
+    calls = []
+    monkeypatch.setattr(nodes, "network_exists", lambda: False)
+    monkeypatch.setattr(nodes, "run", lambda cmd, **_: calls.append(cmd))
+    assert nodes.ensure_network() is True
+    assert calls[-1][:4] == ["podman", "network", "create", "--disable-dns"]
