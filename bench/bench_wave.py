@@ -102,7 +102,11 @@ def main():
                 row = {"nodes": size, "baseline_s": round(base_t, 2), "baseline_ssh": base_calls}
                 if "onboard" in phases:
                     t, calls = run(os.path.join("playbooks", "onboard.yml"), hosts, wrapper, log,
-                                   extra={"onboard_wave": "owned"})
+                                   extra={"onboard_wave": "owned", "onboard_wave_name": "wave1"})
+                    if calls < size:
+                        sys.exit("onboarding touched no node: did its gate stop them? It reads the wave's "
+                                 "preflight record (records/wave1/preflight.json): run make demo or "
+                                 "playbooks/preflight.yml first")
                     row.update(onboard_s=round(t, 2), onboard_ssh=calls)
                 if "validate" in phases:
                     ev = {"validate_hosts": "owned", "validate_wave": "bench", "validate_matrix": MATRIX,

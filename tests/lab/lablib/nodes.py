@@ -171,6 +171,25 @@ def guard_member(ip, present=True):
     return res.returncode == 0
 
 
+def retire_manifests(names):
+    """An owned node made afresh carries nothing of an earlier onboarding, so the manifests the
+    lab's records hold for the containers it replaces (their standalone state and artefacts) move
+    to records/manifests/retired/<time>/ and the next onboarding records the new node's own state.
+    Returns the names moved."""
+    folder = os.path.join(config.ROOT, "records", "manifests")
+    moved = []
+    dest = os.path.join(folder, "retired", time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()))
+    for name in names:
+        for ext in (".json", ".html"):
+            src = os.path.join(folder, name + ext)
+            if os.path.exists(src):
+                os.makedirs(dest, exist_ok=True)
+                os.replace(src, os.path.join(dest, name + ext))
+                if ext == ".json":
+                    moved.append(name)
+    return moved
+
+
 def remove_network():
     """Remove the network; containers that are not the lab's but still attached are named,
     not removed (podman network rm without -f)."""

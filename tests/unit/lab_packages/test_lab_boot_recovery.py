@@ -95,3 +95,16 @@ def test_the_lab_bridge_is_made_without_dns(monkeypatch):
     monkeypatch.setattr(nodes, "run", lambda cmd, **_: calls.append(cmd))
     assert nodes.ensure_network() is True
     assert calls[-1][:4] == ["podman", "network", "create", "--disable-dns"]
+
+
+def test_a_node_made_afresh_leaves_its_earlier_manifest_behind(tmp_path, monkeypatch):
+    monkeypatch.setattr(nodes.config, "ROOT", str(tmp_path))
+    folder = tmp_path / "records" / "manifests"
+    folder.mkdir(parents=True)
+    for name in ("owned-a100-1", "owned-a100-2"):
+        (folder / (name + ".json")).write_text('{"node": "%s"}' % name)
+        (folder / (name + ".html")).write_text("<html></html>")
+    assert nodes.retire_manifests(["owned-a100-2", "owned-l40s-1"]) == ["owned-a100-2"]
+    assert sorted(p.name for p in folder.iterdir()) == ["owned-a100-1.html", "owned-a100-1.json", "retired"]
+    (stamp,) = (folder / "retired").iterdir()
+    assert sorted(p.name for p in stamp.iterdir()) == ["owned-a100-2.html", "owned-a100-2.json"]
