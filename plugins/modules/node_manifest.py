@@ -88,7 +88,9 @@ options:
       - Ignored when the control host's manifest already holds the standalone state. Fails when
         the document belongs to another node, has no C(pre_onboarding) block or has malformed
         sections.
-    type: dict
+      - A mapping, or the copy's text as read from the node (JSON, checked here so that a broken
+        copy fails naming the manifest and the node).
+    type: raw
   read:
     description:
       - Only read the manifest and return it; nothing is written. A missing manifest
@@ -168,6 +170,8 @@ had:
   elements: dict
 """
 
+import json
+
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import manifest
@@ -175,6 +179,13 @@ from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import mani
 
 def adopted(doc, node):
     """The node's own copy as the manifest: its node, its standalone state and its sections checked."""
+    if isinstance(doc, (str, bytes)):
+        try:
+            doc = json.loads(doc)
+        except ValueError as exc:
+            raise manifest.ManifestError("the node's copy (adopt) is not JSON: %s" % exc)
+    if not isinstance(doc, dict):
+        raise manifest.ManifestError("the node's copy (adopt) is a %s, not a JSON object" % type(doc).__name__)
     if not doc.get("pre_onboarding"):
         raise manifest.ManifestError("the node's copy (adopt) has no pre_onboarding block")
     out = manifest.merge({k: v for k, v in doc.items() if k != "sections"}, node)
@@ -197,7 +208,7 @@ def main():
             pre_onboarding=dict(type="dict"),
             created_only=dict(type="bool", default=False),
             read=dict(type="bool", default=False),
-            adopt=dict(type="dict"),
+            adopt=dict(type="raw"),
         ),
         mutually_exclusive=[("read", "section"), ("read", "pre_onboarding"), ("adopt", "read"),
                             ("adopt", "section"), ("adopt", "pre_onboarding")],

@@ -242,3 +242,9 @@ def test_a_node_onboarded_under_another_records_folder_keeps_its_standalone_stat
                        "adopt": {k: v for k, v in node_copy.items() if k != "pre_onboarding"}})
     assert bare["failed"] and "no pre_onboarding block" in bare["msg"], bare
     assert not os.path.exists(str(tmp_path / "y" / "n1.json"))
+    # the copy's text as slurped from the node: parsed here, and a broken one named
+    text = run_module({"path": str(tmp_path / "t" / "n1.json"), "node": "n1", "adopt": json.dumps(node_copy)})
+    assert text["changed"] and json.loads(open(str(tmp_path / "t" / "n1.json")).read()) == node_copy, text
+    broken = run_module({"path": str(tmp_path / "b" / "n1.json"), "node": "n1", "adopt": '{"node": "n1", "pre_'})
+    assert broken["failed"] and "for node n1: the node's copy (adopt) is not JSON" in broken["msg"], broken
+    assert not os.path.exists(str(tmp_path / "b" / "n1.json"))
