@@ -125,8 +125,7 @@ def signed_record(name, action, target, requester, signer):
 
 def newest(pattern_dir, suffix):
     found = []
-    for base, dirs, files in os.walk(pattern_dir):
-        dirs[:] = [d for d in dirs if d != "retired"]  # manifests of nodes the lab made afresh
+    for base, _dirs, files in os.walk(pattern_dir):
         found += [os.path.join(base, f) for f in files if f.endswith(suffix) and not f.startswith(".")]
     return sorted(found, key=os.path.getmtime)
 

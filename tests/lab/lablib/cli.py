@@ -43,9 +43,10 @@ def up(args):
     owned = [n["name"] for n in config.NODES if n["role"] == "owned"]
     if all(states[name] == "created" for name in owned) and nodes.remove_api_guard():
         log("deleted the API guard table inet %s (owned nodes made afresh)" % config.API_GUARD_TABLE)
-    retired = nodes.retire_manifests([name for name in owned if states[name] == "created"])
+    retired = nodes.retire_records([name for name in owned if states[name] == "created"])
     if retired:
-        log("made afresh, so their earlier manifests moved to records/manifests/retired/: %s" % " ".join(retired))
+        log("made afresh, so their earlier manifests and removal states moved to records/retired/: %s"
+            % " ".join(retired))
     step("inventory", inventory.write)
     # overflow: the Slurm site scheduler and the cloud storage host
     step("slurm + storage", lambda: (storage.ensure(ref), slurm.ensure(ref)))

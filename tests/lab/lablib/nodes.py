@@ -171,23 +171,22 @@ def guard_member(ip, present=True):
     return res.returncode == 0
 
 
-def retire_manifests(names):
-    """An owned node made afresh carries nothing of an earlier onboarding, so the manifests the
-    lab's records hold for the containers it replaces (their standalone state and artefacts) move
-    to records/manifests/retired/<time>/ and the next onboarding records the new node's own state.
-    Returns the names moved."""
-    folder = os.path.join(config.ROOT, "records", "manifests")
-    moved = []
-    dest = os.path.join(folder, "retired", time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()))
+def retire_records(names):
+    """An owned node made afresh carries nothing of an earlier onboarding or removal, so what the
+    lab's records hold about the containers it replaces (manifests with their standalone state,
+    removal states, finished or not) moves to records/retired/<time>/ and the next onboarding or
+    removal starts from the new node. Returns the names whose records moved."""
+    records = os.path.join(config.ROOT, "records")
+    dest = os.path.join(records, "retired", time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()))
+    moved = set()
     for name in names:
-        for ext in (".json", ".html"):
-            src = os.path.join(folder, name + ext)
-            if os.path.exists(src):
-                os.makedirs(dest, exist_ok=True)
-                os.replace(src, os.path.join(dest, name + ext))
-                if ext == ".json":
-                    moved.append(name)
-    return moved
+        for sub, entry in (("manifests", name + ".json"), ("manifests", name + ".html"), ("removals", name)):
+            src = os.path.join(records, sub, entry)
+            if os.path.lexists(src):
+                os.makedirs(os.path.join(dest, sub), exist_ok=True)
+                os.replace(src, os.path.join(dest, sub, entry))
+                moved.add(name)
+    return sorted(moved)
 
 
 def remove_network():

@@ -97,14 +97,18 @@ def test_the_lab_bridge_is_made_without_dns(monkeypatch):
     assert calls[-1][:4] == ["podman", "network", "create", "--disable-dns"]
 
 
-def test_a_node_made_afresh_leaves_its_earlier_manifest_behind(tmp_path, monkeypatch):
+def test_a_node_made_afresh_leaves_its_earlier_records_behind(tmp_path, monkeypatch):
     monkeypatch.setattr(nodes.config, "ROOT", str(tmp_path))
-    folder = tmp_path / "records" / "manifests"
-    folder.mkdir(parents=True)
+    records = tmp_path / "records"
+    (records / "manifests").mkdir(parents=True)
     for name in ("owned-a100-1", "owned-a100-2"):
-        (folder / (name + ".json")).write_text('{"node": "%s"}' % name)
-        (folder / (name + ".html")).write_text("<html></html>")
-    assert nodes.retire_manifests(["owned-a100-2", "owned-l40s-1"]) == ["owned-a100-2"]
-    assert sorted(p.name for p in folder.iterdir()) == ["owned-a100-1.html", "owned-a100-1.json", "retired"]
-    (stamp,) = (folder / "retired").iterdir()
-    assert sorted(p.name for p in stamp.iterdir()) == ["owned-a100-2.html", "owned-a100-2.json"]
+        (records / "manifests" / (name + ".json")).write_text('{"node": "%s"}' % name)
+        (records / "manifests" / (name + ".html")).write_text("<html></html>")
+        (records / "removals" / name).mkdir(parents=True)
+        (records / "removals" / name / "CHG-1.json").write_text("{}")
+    assert nodes.retire_records(["owned-a100-2", "owned-l40s-1"]) == ["owned-a100-2"]
+    assert sorted(p.name for p in (records / "manifests").iterdir()) == ["owned-a100-1.html", "owned-a100-1.json"]
+    assert sorted(p.name for p in (records / "removals").iterdir()) == ["owned-a100-1"]
+    (stamp,) = (records / "retired").iterdir()
+    assert sorted(p.name for p in (stamp / "manifests").iterdir()) == ["owned-a100-2.html", "owned-a100-2.json"]
+    assert (stamp / "removals" / "owned-a100-2" / "CHG-1.json").exists()
