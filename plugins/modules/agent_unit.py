@@ -90,40 +90,13 @@ restarted:
 
 import os
 import re
-import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import files
+
 UNIT_NAME = re.compile(r"^[A-Za-z0-9:_.@-]+\.service$")
 FILE_NAME = re.compile(r"^[A-Za-z0-9:_.@-]+\.conf$")
-
-
-def read(module, path):
-    try:
-        with open(path) as fh:
-            return fh.read()
-    except FileNotFoundError:
-        return None
-    except (OSError, UnicodeDecodeError) as exc:
-        module.fail_json(msg="cannot read %s: %s" % (path, exc))
-
-
-def write(module, path, text):
-    folder = os.path.dirname(path)
-    try:
-        os.makedirs(folder, mode=0o755, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", dir=folder)
-    except OSError as exc:
-        module.fail_json(msg="cannot write %s: %s" % (path, exc))
-    try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
-        os.chmod(tmp, 0o644)
-        os.rename(tmp, path)
-    except OSError as exc:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        module.fail_json(msg="cannot write %s: %s" % (path, exc))
 
 
 def systemctl(module, *args, check=True):
@@ -154,20 +127,24 @@ def main():
         module.fail_json(msg="dropin_name %r is not a drop-in file name (letters, digits, :_.@- and .conf)"
                          % p["dropin_name"])
 
-    files = []
+    wanted = []
     if p["unit_content"] is not None:
-        files.append(("unit", os.path.join(p["systemd_dir"], name), p["unit_content"]))
-    files.append(("dropin", os.path.join(p["systemd_dir"], name + ".d", p["dropin_name"]), p["dropin_content"]))
+        wanted.append(("unit", os.path.join(p["systemd_dir"], name), p["unit_content"]))
+    wanted.append(("dropin", os.path.join(p["systemd_dir"], name + ".d", p["dropin_name"]), p["dropin_content"]))
     result = dict(changed=False, unit_changed=False, dropin_changed=False,
                   enabled_now=False, started=False, restarted=False)
     diffs = []
-    for kind, path, text in files:
-        before = read(module, path)
-        if before != text:
-            result[kind + "_changed"] = True
-            diffs.append(dict(before=before or "", after=text, before_header=path, after_header=path))
-            if not module.check_mode:
-                write(module, path, text)
+    for kind, path, text in wanted:
+        try:
+            before = files.read_text(path)
+            if before != text:
+                result[kind + "_changed"] = True
+                diffs.append(dict(before=before or "", after=text, before_header=path, after_header=path))
+                if not module.check_mode:
+                    os.makedirs(os.path.dirname(path), mode=0o755, exist_ok=True)
+                    files.write(path, text, 0o644)
+        except (OSError, UnicodeDecodeError) as exc:
+            module.fail_json(msg="cannot read or write %s: %s" % (path, exc))
     files_changed = result["unit_changed"] or result["dropin_changed"]
     if files_changed and not module.check_mode:
         systemctl(module, "daemon-reload")
