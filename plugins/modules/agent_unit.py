@@ -52,7 +52,7 @@ attributes:
     support: full
     details: The unit file's and the drop-in's text before and after.
 author:
-  - hybridgpu.fleet contributors
+  - hybridgpu.fleet maintainers (@hybridgpu)
 """
 
 EXAMPLES = r"""

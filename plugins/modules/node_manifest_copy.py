@@ -43,7 +43,7 @@ attributes:
     support: full
     details: The copy's text before and after.
 author:
-  - hybridgpu.fleet contributors
+  - hybridgpu.fleet maintainers (@hybridgpu)
 """
 
 EXAMPLES = r"""
