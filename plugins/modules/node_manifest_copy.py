@@ -43,7 +43,7 @@ attributes:
     support: full
     details: The copy's text before and after.
 author:
-  - hybridgpu.fleet contributors
+  - hybridgpu.fleet maintainers (@hybridgpu)
 """
 
 EXAMPLES = r"""
@@ -77,9 +77,10 @@ made_folder:
 
 import json
 import os
-import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import files
 
 
 def check_content(module, text, node):
@@ -91,32 +92,6 @@ def check_content(module, text, node):
         module.fail_json(msg="content is a JSON %s, not the manifest's JSON object" % type(doc).__name__)
     if node is not None and doc.get("node") != node:
         module.fail_json(msg="content is the manifest of node %r, not of %r" % (doc.get("node"), node))
-
-
-def read_current(module, path):
-    try:
-        with open(path) as fh:
-            return fh.read()
-    except FileNotFoundError:
-        return None
-    except (OSError, UnicodeDecodeError) as exc:
-        module.fail_json(msg="cannot read the manifest copy %s: %s" % (path, exc))
-
-
-def write(module, path, text, mode):
-    folder = os.path.dirname(path) or "."
-    fd, tmp = tempfile.mkstemp(prefix=".manifest.", dir=folder)
-    try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, mode)
-        os.rename(tmp, path)
-    except OSError as exc:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        module.fail_json(msg="cannot write the manifest copy %s: %s" % (path, exc))
 
 
 def main():
@@ -141,7 +116,10 @@ def main():
 
     folder = os.path.dirname(path)
     made_folder = bool(folder) and not os.path.isdir(folder)
-    before = None if made_folder else read_current(module, path)
+    try:
+        before = None if made_folder else files.read_text(path)
+    except (OSError, UnicodeDecodeError) as exc:
+        module.fail_json(msg="cannot read the manifest copy %s: %s" % (path, exc))
     mode_wrong = before is not None and (os.stat(path).st_mode & 0o7777) != mode
     changed = made_folder or before != text or mode_wrong
     result = dict(changed=changed, path=path, made_folder=made_folder)
@@ -153,10 +131,13 @@ def main():
                 os.makedirs(folder, mode=0o750, exist_ok=True)
             except OSError as exc:
                 module.fail_json(msg="cannot make the folder %s for the manifest copy: %s" % (folder, exc))
-        if before != text or made_folder:
-            write(module, path, text, mode)
-        else:
-            os.chmod(path, mode)
+        try:
+            if before != text or made_folder:
+                files.write(path, text, mode)
+            else:
+                os.chmod(path, mode)
+        except OSError as exc:
+            module.fail_json(msg="cannot write the manifest copy %s: %s" % (path, exc))
     module.exit_json(**result)
 
 

@@ -10,6 +10,7 @@ write leaves the old content and no temporary file behind.
 - ``write_folder(path, files)``: a whole folder (a rename cannot replace a non-empty
   folder, so the old one is moved aside first and put back if the new one does not land).
 - ``move(src, dst)``: a rename within one file system, both folders fsynced.
+- ``read_text(path)``: a file's text, or None when it does not exist.
 
 The folder must exist; callers create it with the mode they need.
 """
@@ -67,6 +68,15 @@ def _set_mode(fd, path, mode):
         os.fchown(fd, old.st_uid, old.st_gid)
     except PermissionError:
         pass
+
+
+def read_text(path):
+    """The file's text (UTF-8), or None when it does not exist; other errors are raised."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return handle.read()
+    except FileNotFoundError:
+        return None
 
 
 def write(path, data, mode=None):
