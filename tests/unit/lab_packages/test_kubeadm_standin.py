@@ -4,6 +4,7 @@ kubelet flags it hands on (read back by the kubelet stand-in)."""
 import datetime
 import os
 import sys
+import urllib.error
 
 import pytest
 import yaml
@@ -75,3 +76,56 @@ def test_the_kubeconfig_it_writes_is_read_by_the_kubelet():
     assert got["server"] == "https://10.213.77.1:6443" and got["ca_file"] == "/etc/kubernetes/pki/ca.crt"
     assert got["client_cert"] == got["client_key"] == "/var/lib/kubelet/pki/kubelet-client-current.pem"
     assert yaml.safe_load(text)["users"][0]["user"]["client-certificate"] == got["client_cert"]
+
+
+def _ca_pem():
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "ca")])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    return (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+            .serial_number(1).not_valid_before(now).not_valid_after(now + datetime.timedelta(days=1))
+            .sign(key, hashes.SHA256())).public_bytes(serialization.Encoding.PEM)
+
+
+def _discovery(monkeypatch, answers):
+    """discover() against a scripted API: each answer is an exception to raise or the cluster-info
+    data to return; the last one repeats. Returns the list of requests made."""
+    monkeypatch.setattr(kubeadm, "DISCOVERY_RETRY_S", 0.01)
+    seen = []
+
+    def request(url, ctx, *a, **kw):
+        seen.append(url)
+        answer = answers.pop(0) if len(answers) > 1 else answers[0]
+        if isinstance(answer, Exception):
+            raise answer
+        return 200, {"data": answer}
+    monkeypatch.setattr(kubeadm, "request", request)
+    return seen
+
+
+def test_discovery_tries_again_until_the_token_is_signed(monkeypatch):
+    """As kubeadm does: the API not answering yet and cluster-info without the token's JWS (the
+    bootstrap signer adds it shortly after the token is made) are tried again, not fatal."""
+    ca = _ca_pem()
+    content = identity.cluster_info_kubeconfig("https://10.213.77.1:6443", ca)
+    signed = {"kubeconfig": content, "jws-kubeconfig-abcdef": identity.detached_jws(content, "abcdef", "0123456789abcdef")}
+    seen = _discovery(monkeypatch, [urllib.error.URLError("timed out"), {"kubeconfig": content}, signed])
+    boot = {"apiServerEndpoint": "10.213.77.1:6443", "token": TOKEN, "caCertHashes": [join.ca_cert_hash(ca)]}
+    server, got = kubeadm.discover(boot, timeout=30)
+    assert (server, got) == ("https://10.213.77.1:6443", ca)
+    assert len(seen) == 4  # failed, unsigned, signed + the verified read
+
+
+def test_discovery_gives_up_at_its_timeout_and_a_wrong_ca_fails_at_once(monkeypatch):
+    ca = _ca_pem()
+    content = identity.cluster_info_kubeconfig("https://10.213.77.1:6443", ca)
+    boot = {"apiServerEndpoint": "10.213.77.1:6443", "token": TOKEN, "caCertHashes": [join.ca_cert_hash(ca)]}
+    seen = _discovery(monkeypatch, [{"kubeconfig": content}])
+    with pytest.raises(kubeadm.JoinError, match=r"gave up after 0.2s: there is no valid JWS signature for token abcdef"):
+        kubeadm.discover(boot, timeout=0.2)
+    assert len(seen) > 2
+    signed = {"kubeconfig": content, "jws-kubeconfig-abcdef": identity.detached_jws(content, "abcdef", "0123456789abcdef")}
+    seen = _discovery(monkeypatch, [signed])
+    with pytest.raises(kubeadm.JoinError, match="not trusted"):
+        kubeadm.discover(dict(boot, caCertHashes=["sha256:" + "0" * 64]), timeout=30)
+    assert len(seen) == 1

@@ -239,18 +239,41 @@ def ca_hash(ca_pem):
 
 # ---------------------------------------------------------------- join
 
-def discover(boot):
+class Retry(JoinError):
+    """A discovery failure kubeadm tries again until its discovery timeout: the API not answering,
+    an HTTP error, or no JWS signature for the token yet (the bootstrap signer adds it shortly
+    after the token is made)."""
+
+
+DISCOVERY_RETRY_S = 5
+
+
+def discover(boot, timeout=300):
+    """cluster-info read and checked as kubeadm's token discovery does, tried again every 5 s
+    until `timeout`; a CA that does not match the pin fails at once."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return discover_once(boot)
+        except (Retry, OSError) as err:  # urllib's URLError is an OSError
+            if time.monotonic() + DISCOVERY_RETRY_S > deadline:
+                raise JoinError("[discovery] gave up after %gs: %s" % (timeout, err))
+            print("[discovery] %s; will try again in %ds" % (err, DISCOVERY_RETRY_S), flush=True)
+            time.sleep(DISCOVERY_RETRY_S)
+
+
+def discover_once(boot):
     endpoint = boot["apiServerEndpoint"]
     token_id, dummy, token_secret = boot["token"].partition(".")
     url = "https://%s%s" % (endpoint, CLUSTER_INFO)
     status, cm = request(url, insecure())
     if status != 200:
-        raise JoinError("cannot read kube-public/cluster-info from %s: HTTP %s" % (endpoint, status))
+        raise Retry("cannot read kube-public/cluster-info from %s: HTTP %s" % (endpoint, status))
     data = cm.get("data") or {}
     content = data.get("kubeconfig") or ""
     if not jws_ok(content, data.get("jws-kubeconfig-" + token_id), token_id, token_secret):
-        raise JoinError("there is no valid JWS signature for token %s in cluster-info: the token is "
-                        "wrong, expired, or not for this cluster" % token_id)
+        raise Retry("there is no valid JWS signature for token %s in cluster-info: the token is "
+                    "wrong, expired, or not for this cluster" % token_id)
     ca_pem = base64.b64decode(kubeconfig_field(content, "certificate-authority-data") or "")
     if not ca_pem:
         raise JoinError("cluster-info holds no certificate-authority-data")
@@ -262,7 +285,7 @@ def discover(boot):
     server = kubeconfig_field(content, "server") or "https://" + endpoint
     status, again = request(url, ssl.create_default_context(cadata=ca_pem.decode()))
     if status != 200 or (again.get("data") or {}).get("kubeconfig") != content:
-        raise JoinError("cluster-info changed between the insecure and the verified read")
+        raise Retry("cluster-info changed between the insecure and the verified read")
     return server, ca_pem
 
 
@@ -330,7 +353,7 @@ def join(path):
         raise JoinError("[preflight] FileAvailable--etc-kubernetes-kubelet.conf: %s/kubelet.conf already "
                         "exists (run kubeadm reset first)" % ETC)
     timeouts = cfg.get("timeouts") or {}
-    server, ca_pem = discover(boot)
+    server, ca_pem = discover(boot, duration(timeouts.get("discovery"), 300))
     print("[discovery] Cluster info signature and contents are valid and the CA is pinned", flush=True)
     token = cfg["discovery"].get("tlsBootstrapToken") or boot["token"]
     write(os.path.join(ETC, "pki", "ca.crt"), ca_pem.decode(), 0o644)
