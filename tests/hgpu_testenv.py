@@ -1,6 +1,8 @@
 """Paths every test layer shares. Import this (not `conftest`) from test modules:
 several conftest.py files exist, and which one `import conftest` finds depends on the run."""
+import json
 import os
+import subprocess
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -20,3 +22,14 @@ REAL_OUTPUTS = os.environ.get(
     "HGPU_REAL_OUTPUTS",
     os.path.join(os.path.dirname(ROOT), "shared", "testdata", "real-outputs"),
 )
+
+
+def run_module(name, args, check_mode=False, diff=False, env=None):
+    """One run of plugins/modules/<name>.py as a separate process, as Ansible runs it; returns
+    the module's JSON result. `env` adds to the process environment."""
+    args = dict(args, _ansible_check_mode=check_mode, _ansible_diff=diff)
+    proc_env = dict(os.environ, PYTHONPATH=COLLECTIONS, **(env or {}))
+    proc = subprocess.run([sys.executable, os.path.join(REPO, "plugins", "modules", name + ".py")],
+                          input=json.dumps({"ANSIBLE_MODULE_ARGS": args}), capture_output=True,
+                          text=True, env=proc_env, timeout=60, check=False)
+    return json.loads(proc.stdout)

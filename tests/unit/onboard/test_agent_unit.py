@@ -2,14 +2,11 @@
 that keeps the unit's enablement and activity: files written once and atomically, systemd reloaded
 only when they changed, a running unit restarted only for a changed file or binary, nothing done
 in check mode, and names that would reach a path refused."""
-import json
 import os
-import subprocess
-import sys
 
 import pytest
 
-from hgpu_testenv import REPO
+import hgpu_testenv
 
 SYSTEMCTL = r"""#!/bin/sh
 # systemctl double: state in $STATE_DIR (enabled, active, loaded), every call logged.
@@ -38,13 +35,9 @@ def node(tmp_path):
     systemd = tmp_path / "etc" / "systemd" / "system"
 
     def run(args, check_mode=False, diff=False):
-        args = dict({"systemd_dir": str(systemd)}, **args, _ansible_check_mode=check_mode, _ansible_diff=diff)
-        env = dict(os.environ, PYTHONPATH=os.path.join(REPO, ".collections"), STATE_DIR=str(state),
-                   PATH=str(bin_dir) + os.pathsep + os.environ["PATH"])
-        proc = subprocess.run([sys.executable, os.path.join(REPO, "plugins", "modules", "agent_unit.py")],
-                              input=json.dumps({"ANSIBLE_MODULE_ARGS": args}), capture_output=True,
-                              text=True, env=env, timeout=60, check=False)
-        return json.loads(proc.stdout)
+        return hgpu_testenv.run_module("agent_unit", dict({"systemd_dir": str(systemd)}, **args), check_mode, diff,
+                                       env={"STATE_DIR": str(state),
+                                            "PATH": str(bin_dir) + os.pathsep + os.environ["PATH"]})
 
     def calls():
         path = state / "calls"

@@ -3,24 +3,16 @@ atomic, unchanged on a rerun, nothing written in check mode, and content that is
 manifest refused before anything is touched."""
 import json
 import os
-import subprocess
-import sys
 
 import pytest
 
-from hgpu_testenv import REPO
+import hgpu_testenv
 
 TEXT = json.dumps({"node": "n1", "pre_onboarding": {"active_units": ["ssh.service"]}, "sections": {}}, indent=2)
 
 
 def run_module(args, check_mode=False, diff=False):
-    """One run of plugins/modules/node_manifest_copy.py as a process, as Ansible runs it."""
-    args = dict(args, _ansible_check_mode=check_mode, _ansible_diff=diff)
-    env = dict(os.environ, PYTHONPATH=os.path.join(REPO, ".collections"))
-    proc = subprocess.run([sys.executable, os.path.join(REPO, "plugins", "modules", "node_manifest_copy.py")],
-                          input=json.dumps({"ANSIBLE_MODULE_ARGS": args}), capture_output=True,
-                          text=True, env=env, timeout=60, check=False)
-    return json.loads(proc.stdout)
+    return hgpu_testenv.run_module("node_manifest_copy", args, check_mode, diff)
 
 
 def test_first_write_makes_the_folder_and_a_rerun_changes_nothing(tmp_path):
