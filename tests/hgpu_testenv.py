@@ -33,3 +33,25 @@ def run_module(name, args, check_mode=False, diff=False, env=None):
                           input=json.dumps({"ANSIBLE_MODULE_ARGS": args}), capture_output=True,
                           text=True, env=proc_env, timeout=60, check=False)
     return json.loads(proc.stdout)
+
+
+def module_on_doubles(name, fixed_args, bin_dir, state_dir):
+    """run(args, check_mode=False, diff=False) for module `name` with `fixed_args` under every
+    call, the command doubles in `bin_dir` first on PATH and STATE_DIR set for them; and
+    run.calls(skip), the doubles' logged calls since the last read (lines of $STATE_DIR/calls
+    whose first two words are not in `skip`), which it clears."""
+    def run(args, check_mode=False, diff=False):
+        return run_module(name, dict(fixed_args, **args), check_mode, diff,
+                          env={"STATE_DIR": str(state_dir), "PATH": str(bin_dir) + os.pathsep + os.environ["PATH"]})
+
+    def calls(skip=()):
+        path = os.path.join(str(state_dir), "calls")
+        lines = []
+        if os.path.exists(path):
+            with open(path) as fh:
+                lines = fh.read().splitlines()
+            os.unlink(path)
+        return [ln for ln in lines if not set(ln.split()[:2]) & set(skip)]
+
+    run.calls = calls
+    return run

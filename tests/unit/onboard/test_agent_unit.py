@@ -34,16 +34,11 @@ def node(tmp_path):
     (state / "loaded").touch()
     systemd = tmp_path / "etc" / "systemd" / "system"
 
-    def run(args, check_mode=False, diff=False):
-        return hgpu_testenv.run_module("agent_unit", dict({"systemd_dir": str(systemd)}, **args), check_mode, diff,
-                                       env={"STATE_DIR": str(state),
-                                            "PATH": str(bin_dir) + os.pathsep + os.environ["PATH"]})
+    run = hgpu_testenv.module_on_doubles("agent_unit", {"systemd_dir": str(systemd)}, bin_dir, state)
+    logged = run.calls
 
     def calls():
-        path = state / "calls"
-        lines = path.read_text().splitlines() if path.exists() else []
-        path.unlink(missing_ok=True)
-        return [ln for ln in lines if ln.split()[0] not in ("show", "is-enabled", "is-active")]
+        return logged(skip=("show", "is-enabled", "is-active"))
 
     run.systemd, run.state, run.calls = systemd, state, calls
     return run
