@@ -22,6 +22,7 @@ import argparse
 import json
 import os
 import shutil
+import re
 import subprocess
 import sys
 import tempfile
@@ -58,7 +59,7 @@ def ssh_wrapper(folder):
 def run(playbook, hosts, wrapper, log, extra=None, tags=None):
     if os.path.exists(log):
         os.unlink(log)
-    cmd = [os.path.join(ROOT, ".venv", "bin", "ansible-playbook"), playbook, "--limit", ",".join(hosts)]
+    cmd = [os.path.join(ROOT, ".venv", "bin", "ansible-playbook"), playbook, "--limit", ",".join(hosts), "-vvv"]
     if extra:
         cmd += ["-e", json.dumps(extra)]
     if tags:
@@ -75,7 +76,38 @@ def run(playbook, hosts, wrapper, log, extra=None, tags=None):
     if os.path.exists(log):
         with open(log) as fh:
             calls = sum(1 for _ in fh)
-    return took, calls
+    return took, calls, ssh_by_task(res.stdout)
+
+
+TASK = re.compile(r"^(?:TASK|RUNNING HANDLER) \[(.*)\]")
+EXEC = re.compile(r"^<([^>]+)> SSH: EXEC ")
+
+
+def ssh_by_task(output):
+    """SSH invocations per task and host, read from ansible-playbook -vvv: the linear strategy
+    runs one task on every host before the next, so each `SSH: EXEC` line belongs to the task
+    header above it."""
+    counts, task = {}, "(before the first task)"
+    for line in output.splitlines():
+        m = TASK.match(line)
+        if m:
+            task = m.group(1)
+            continue
+        m = EXEC.match(line)
+        if m:
+            per_host = counts.setdefault(task, {})
+            per_host[m.group(1)] = per_host.get(m.group(1), 0) + 1
+    return counts
+
+
+def print_tasks(phase, counts, hosts):
+    """What each SSH invocation of the phase was for, per node (the most a node needed)."""
+    rows = [(max(per.values()), task) for task, per in counts.items()]
+    total = sum(n for n, _ in rows)
+    print("  %s, %d node(s): %d SSH invocations on the busiest node per task, summed over %d tasks" % (
+        phase, len(hosts), total, len(rows)))
+    for n, task in rows:
+        print("    %2d  %s" % (n, task))
 
 
 def main():
@@ -98,23 +130,25 @@ def main():
         for size in sizes:
             hosts = NODES[:size]
             for _ in range(args.repeat):
-                base_t, base_calls = run(plain, hosts, wrapper, log)
+                base_t, base_calls, _ = run(plain, hosts, wrapper, log)
                 row = {"nodes": size, "baseline_s": round(base_t, 2), "baseline_ssh": base_calls}
                 if "onboard" in phases:
-                    t, calls = run(os.path.join("playbooks", "onboard.yml"), hosts, wrapper, log,
-                                   extra={"onboard_wave": "owned", "onboard_wave_name": "wave1"})
+                    t, calls, by_task = run(os.path.join("playbooks", "onboard.yml"), hosts, wrapper, log,
+                                            extra={"onboard_wave": "owned", "onboard_wave_name": "wave1"})
                     if calls < size:
                         sys.exit("onboarding touched no node: did its gate stop them? It reads the wave's "
                                  "preflight record (records/wave1/preflight.json): run make demo or "
                                  "playbooks/preflight.yml first")
                     row.update(onboard_s=round(t, 2), onboard_ssh=calls)
+                    print_tasks("onboard", by_task, hosts)
                 if "validate" in phases:
                     ev = {"validate_hosts": "owned", "validate_wave": "bench", "validate_matrix": MATRIX,
                           "hgpu_lab_records_dir": records, "validate_baseline_runs": 1,
                           "validate_steps": ["inventory", "reference_job", "collectives", "placement"]}
-                    bt, bcalls = run(os.path.join("playbooks", "validate.yml"), hosts, wrapper, log,
-                                     extra=ev, tags="baseline")
-                    t, calls = run(os.path.join("playbooks", "validate.yml"), hosts, wrapper, log, extra=ev)
+                    bt, bcalls, _ = run(os.path.join("playbooks", "validate.yml"), hosts, wrapper, log,
+                                        extra=ev, tags="baseline")
+                    t, calls, by_task = run(os.path.join("playbooks", "validate.yml"), hosts, wrapper, log, extra=ev)
+                    print_tasks("validate", by_task, hosts)
                     row.update(nccl_baseline_s=round(bt, 2), nccl_baseline_ssh=bcalls,
                                validate_s=round(t, 2), validate_ssh=calls)
                 results.append(row)
