@@ -18,14 +18,26 @@ description:
   - With I(state=attach) it creates nothing and waits for an existing Job (for example one
     started earlier with I(wait=none)).
   - The Job is deleted afterwards when I(cleanup=true).
+  - With I(jobs), several Jobs run side by side in one module run (each may name its own
+    context): all are created, then waited on together, and each is read back into I(results).
+    A value an entry leaves out comes from the module's options.
 extends_documentation_fragment:
   - hybridgpu.fleet.attributes
   - hybridgpu.fleet.k8s_auth
 options:
   name:
-    description: Job name (RFC 1123).
+    description: Job name (RFC 1123). Required unless I(jobs) is given.
     type: str
-    required: true
+  jobs:
+    description:
+      - Jobs to run side by side (I(state=run) only), instead of I(name). Each entry takes
+        C(name) (required), C(context), C(namespace), C(image), C(command), C(args), C(env),
+        C(node_name), C(node_selector), C(tolerations), C(gpus), C(labels), C(wait) and
+        C(wait_timeout); what it leaves out comes from the options of the same name.
+      - I(replace), I(cleanup) and I(fail_on_error) apply to each; the task fails after all have
+        been read back when any failed.
+    type: list
+    elements: dict
   namespace:
     description: Namespace; created when missing.
     type: str
@@ -86,6 +98,13 @@ options:
     description: Fail when the Job failed or the wait timed out (I(wait=finished) only).
     type: bool
     default: true
+  replace:
+    description:
+      - With I(state=run), delete a Job of that name left from an earlier run and create it anew,
+        instead of waiting for the earlier one. Its Pods may still be going; the result is read
+        from the new Job's Pod only.
+    type: bool
+    default: false
 attributes:
   check_mode:
     support: full
@@ -98,6 +117,18 @@ author:
 """
 
 EXAMPLES = r"""
+- name: The same reference job on both sides at once
+  hybridgpu.fleet.k8s_job_run:
+    image: python:3.11-slim
+    command: [python3, -c, "print('hello')"]
+    gpus: 1
+    replace: true
+    cleanup: true
+    jobs:
+      - {name: ref-dh1-a100-01, context: onprem, node_name: dh1-a100-01}
+      - {name: ref-cloud-dh1-a100-01, context: cloud, node_name: gpu-node-7}
+  register: refs
+
 - name: Reference job on one node
   hybridgpu.fleet.k8s_job_run:
     context: onprem
@@ -124,8 +155,19 @@ EXAMPLES = r"""
 RETURN = r"""
 job:
   description: Job name.
-  returned: always
+  returned: without jobs
   type: str
+results:
+  description:
+    - With I(jobs), one entry per Job in their order, each with C(job), C(context) and the keys
+      below that a single Job returns.
+  returned: with jobs
+  type: list
+  elements: dict
+replaced:
+  description: Whether a Job of that name from an earlier run was deleted first (I(replace=true)).
+  returned: when replace=true and a Job was created
+  type: bool
 pod:
   description: Name of the Job's Pod, null when none was created.
   returned: unless state=absent
@@ -172,14 +214,139 @@ manifest:
   type: dict
 """
 
+from concurrent.futures import ThreadPoolExecutor
+
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.common.k8s import K8sError
-from ansible_collections.hybridgpu.fleet.plugins.module_utils.common.k8s_module import K8sModule
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.common.k8s_module import K8sModule, describe
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.validate.job_run import JobRun, job_manifest
+
+# What one entry of `jobs` may set; the rest comes from the module's options.
+JOB_KEYS = ("name", "context", "namespace", "image", "command", "args", "env", "node_name",
+            "node_selector", "tolerations", "gpus", "labels", "wait", "wait_timeout")
+WAITS = ("finished", "scheduled", "none")
+
+
+def env_list(env):
+    if isinstance(env, dict):
+        return [{"name": k, "value": env[k]} for k in sorted(env)]
+    return env
+
+
+def job_params(module, index, entry):
+    """One entry of `jobs` over the module's options; fails naming the entry and the field."""
+    head = "jobs[%d]" % index
+    if not isinstance(entry, dict):
+        module.fail_json(msg="%s: each entry is a mapping, got %r" % (head, entry))
+    unknown = sorted(set(entry) - set(JOB_KEYS))
+    if unknown:
+        module.fail_json(msg="%s: unknown key(s) %s; an entry takes %s" % (head, ", ".join(unknown), ", ".join(JOB_KEYS)))
+    if not entry.get("name"):
+        module.fail_json(msg="%s: name is required" % head)
+    p = dict((k, module.params[k]) for k in JOB_KEYS)
+    p.update((k, v) for k, v in entry.items() if v is not None)
+    if p["wait"] not in WAITS:
+        module.fail_json(msg="%s (%s): wait must be one of %s, got %r" % (head, p["name"], ", ".join(WAITS), p["wait"]))
+    for key, kind in (("gpus", int), ("wait_timeout", float)):
+        try:
+            p[key] = kind(p[key])
+        except (TypeError, ValueError):
+            module.fail_json(msg="%s (%s): %s must be a number, got %r" % (head, p["name"], key, p[key]))
+    return p
+
+
+def where(p):
+    context = p.get("context")
+    return "%s (%s)" % (describe("Job", p["name"], p["namespace"]),
+                        "context %s" % context if context else "current context")
+
+
+def check_job(module, p, head):
+    p["env"] = env_list(p["env"])
+    for env in p["env"] or []:
+        if not isinstance(env, dict) or "name" not in env or "value" not in env:
+            module.fail_json(msg="%s: every env entry needs name and value, got %r" % (head, env))
+    if module.params["state"] == "run" and not (p["image"] and p["command"]):
+        module.fail_json(msg="%s: state=run needs image and command" % head)
+
+
+def failure(p, result):
+    """Why a finished-wait Job counts as failed, or None."""
+    if p["wait"] != "finished":
+        return None
+    if result.get("timed_out"):
+        return "%s did not finish within %ss (pod %s on node %s, phase %s)" % (
+            where(p), p["wait_timeout"], result.get("pod"), result.get("node"), result.get("phase"))
+    if result.get("failed"):
+        return "%s failed on node %s (exit code %s): %s" % (
+            where(p), result.get("node"), result.get("exit_code"), (result.get("log") or "")[-500:])
+    return None
+
+
+def start(module, p, kube):
+    """Create the Job (replacing a leftover when asked); returns the JobRun and its result so far."""
+    run = JobRun(kube, p["namespace"], p["name"])
+    body = job_manifest(p["name"], p["namespace"], p["image"], p["command"], p["args"], p["env"],
+                        p["node_name"], p["node_selector"], p["gpus"], p["labels"],
+                        tolerations=p["tolerations"])
+    result = {"job": p["name"], "manifest": body}
+    if module.check_mode:
+        result["changed"] = module.params["replace"] or kube.get_job(p["namespace"], p["name"]) is None
+    elif module.params["replace"]:
+        result["replaced"] = run.replace(body)
+        result["changed"] = True
+    else:
+        result["changed"] = run.create(body)
+    return run, result
+
+
+def finish(module, p, run, result):
+    """Wait for the Job as asked, read it back, delete it when asked."""
+    if p["wait"] == "none" or module.check_mode:
+        return result
+    result.update(run.wait(p["wait_timeout"], until=p["wait"]))
+    if module.params["cleanup"]:
+        run.delete()
+        result["changed"] = True
+    return result
+
+
+def run_many(module):
+    """Every entry of `jobs`: created one after another, waited on side by side."""
+    params = [job_params(module, i, entry) for i, entry in enumerate(module.params["jobs"])]
+    for i, p in enumerate(params):
+        check_job(module, p, "jobs[%d] %s" % (i, where(p)))
+    names = [(p["context"], p["namespace"], p["name"]) for p in params]
+    if len(set(names)) != len(names):
+        module.fail_json(msg="jobs: two entries name the same Job in the same context and namespace")
+    results = [{"job": p["name"], "context": p["context"]} for p in params]
+    runs = []
+    try:
+        for p, res in zip(params, results):
+            doing = p
+            run, out = start(module, p, module.client(dict(module.params, context=p["context"])))
+            res.update(out)
+            runs.append(run)
+        doing = None
+        with ThreadPoolExecutor(max_workers=len(runs) or 1) as pool:
+            waits = [pool.submit(finish, module, p, run, res) for p, run, res in zip(params, runs, results)]
+            for p, fut in zip(params, waits):
+                doing = p
+                fut.result()
+    except K8sError as err:
+        module.fail_json(msg="%s: %s" % (where(doing) if doing else "jobs", err), http_status=err.status,
+                         changed=any(r.get("changed") for r in results), results=results)
+    changed = any(r.get("changed") for r in results)
+    if module.params["fail_on_error"]:
+        failed = [msg for msg in (failure(p, r) for p, r in zip(params, results)) if msg]
+        if failed:
+            module.fail_json(msg="; ".join(failed), changed=changed, results=results)
+    module.exit_json(changed=changed, results=results)
 
 
 def main():
     spec = dict(
-        name=dict(type="str", required=True),
+        name=dict(type="str"),
+        jobs=dict(type="list", elements="dict"),
         namespace=dict(type="str", default="default"),
         state=dict(type="str", choices=["run", "attach", "absent"], default="run"),
         image=dict(type="str"),
@@ -195,16 +362,17 @@ def main():
         wait_timeout=dict(type="float", default=120.0),
         cleanup=dict(type="bool", default=False),
         fail_on_error=dict(type="bool", default=True),
+        replace=dict(type="bool", default=False),
     )
     module = K8sModule(argument_spec=spec, supports_check_mode=True,
-                       required_if=[("state", "run", ("image", "command"))])
+                       required_one_of=[("name", "jobs")], mutually_exclusive=[("name", "jobs")])
     p = module.params
-    where = module.where("", "Job", p["name"], p["namespace"])
-    if isinstance(p["env"], dict):
-        p["env"] = [{"name": k, "value": p["env"][k]} for k in sorted(p["env"])]
-    for env in p["env"] or []:
-        if not isinstance(env, dict) or "name" not in env or "value" not in env:
-            module.fail_json(msg="%s: every env entry needs name and value, got %r" % (where, env))
+    if p["jobs"] is not None:
+        if p["state"] != "run":
+            module.fail_json(msg="jobs: only with state=run, got state=%s" % p["state"])
+        run_many(module)
+    where_ = module.where("", "Job", p["name"], p["namespace"])
+    check_job(module, p, where_)
     result = {"changed": False, "job": p["name"]}
     try:
         kube = module.client()
@@ -216,34 +384,19 @@ def main():
             result["changed"] = exists
             module.exit_json(**result)
         if p["state"] == "run":
-            body = job_manifest(p["name"], p["namespace"], p["image"], p["command"], p["args"],
-                                p["env"], p["node_name"], p["node_selector"], p["gpus"],
-                                p["labels"], tolerations=p["tolerations"])
-            result["manifest"] = body
+            run, out = start(module, p, kube)
+            result.update(out)
             if module.check_mode:
-                result["changed"] = kube.get_job(p["namespace"], p["name"]) is None
                 module.exit_json(**result)
-            result["changed"] = run.create(body)
         elif module.check_mode:
             module.exit_json(**result)
-        if p["wait"] == "none":
-            module.exit_json(**result)
-        facts = run.wait(p["wait_timeout"], until=p["wait"])
-        result.update(facts)
-        if p["cleanup"]:
-            run.delete()
-            result["changed"] = True
+        finish(module, p, run, result)
     except K8sError as err:
         module.fail_api(err, "", "Job", p["name"], p["namespace"], **result)
-    if p["wait"] == "finished" and p["fail_on_error"]:
-        if result.get("timed_out"):
-            module.fail_json(msg="%s did not finish within %ss (pod %s on node %s, phase %s)" % (
-                where, p["wait_timeout"], result.get("pod"), result.get("node"), result.get("phase")),
-                **result)
-        if result.get("failed"):
-            module.fail_json(msg="%s failed on node %s (exit code %s): %s" % (
-                where, result.get("node"), result.get("exit_code"), (result.get("log") or "")[-500:]),
-                **result)
+    if p["fail_on_error"]:
+        why = failure(p, result)
+        if why:
+            module.fail_json(msg=why, **result)
     module.exit_json(**result)
 
 

@@ -212,6 +212,7 @@ def api():
         api_client = config.new_client_from_config(
             config_file=REAL, context=os.environ.get("HGPU_CONFORMANCE_CONTEXT"))
         helpers = Helpers(api_client, False, workdir)
+        helpers.kubeconfig, helpers.context = REAL, os.environ.get("HGPU_CONFORMANCE_CONTEXT")
     else:
         from k8s_emulator import serve
         pki = os.path.join(workdir, "pki")
@@ -229,6 +230,7 @@ def api():
                                              [("conformance", server.url, ca, token)])
         api_client = config.new_client_from_config(config_file=kubeconfig, context="conformance")
         helpers = Helpers(api_client, True, workdir, server, ca, token_file)
+        helpers.kubeconfig, helpers.context = kubeconfig, "conformance"
     helpers.core.create_namespace({"metadata": {"name": helpers.ns}})
     try:
         yield api_client, helpers

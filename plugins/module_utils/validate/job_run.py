@@ -86,8 +86,35 @@ class JobRun(object):
                 return False
             raise
 
-    def pod(self):
+    def replace(self, body, timeout=30.0):
+        """Create the Job; a Job of that name left from an earlier run is deleted first (its Pods
+        may linger a while: wait() tells them apart by their owner). Returns whether one was there."""
+        self.kube.ensure_namespace(self.namespace)
+        start, replaced = self.clock(), False
+        while True:
+            try:
+                self.kube.create_job(self.namespace, body)
+                return replaced
+            except K8sError as err:
+                if not err.conflict:
+                    raise
+            if replaced:
+                if self.clock() - start >= timeout:
+                    raise K8sError("replace job %s/%s" % (self.namespace, self.name), status=409,
+                                   reason="AlreadyExists",
+                                   message="the earlier Job of that name was still there after %ss" % timeout)
+                self.sleep(self.poll)
+            else:
+                self.delete()
+                replaced = True
+
+    def pod(self, owner_uid=None):
+        """The Job's newest Pod; with owner_uid, only a Pod of that Job (not of an earlier Job of
+        the same name whose Pods are still going)."""
         pods = self.kube.list_pods(self.namespace, label_selector="job-name=%s" % self.name)
+        if owner_uid:
+            pods = [p for p in pods if any(r.get("uid") == owner_uid
+                                           for r in p["metadata"].get("ownerReferences") or [])]
         if not pods:
             return None
         return sorted(pods, key=lambda p: p["metadata"].get("creationTimestamp") or "")[-1]
@@ -103,7 +130,7 @@ class JobRun(object):
                 raise K8sError("wait for job %s/%s" % (self.namespace, self.name),
                                status=404, reason="NotFound", message="the Job disappeared")
             status = job.get("status") or {}
-            pod = self.pod()
+            pod = self.pod((job.get("metadata") or {}).get("uid"))
             facts = pod_facts(pod)
             if facts["node"] and scheduled_at is None:
                 scheduled_at = self.clock()

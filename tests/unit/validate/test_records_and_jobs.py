@@ -7,6 +7,7 @@ import pytest
 
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.validate import job_run, validation, wave_record
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.common.k8s import K8sError
+from hgpu_testenv import run_module
 
 
 def node_rec(node, ok=True):
@@ -161,3 +162,81 @@ def test_wait_on_a_vanished_job_raises():
     run = job_run.JobRun(kube, "ns", "gone")
     with pytest.raises(K8sError, match="disappeared"):
         run.wait(5)
+
+
+class LeftoverKube(object):
+    """A Job of the same name left from an earlier run (uid "old"): its Pod is still listed
+    after the Job is deleted, and it is the newest Pod. The new Job's Pod appears on the second
+    poll. With `stuck`, deleting the earlier Job does not remove it."""
+
+    def __init__(self, leftover=True, stuck=False):
+        self.jobs = {("ns", "j"): "old"} if leftover else {}
+        self.stuck, self.deleted, self.polls = stuck, [], 0
+        self.old_pod = self.owned_pod("p-old", "n-old", "old", "2026-01-02T00:00:00Z")
+
+    @staticmethod
+    def owned_pod(name, node, uid, created):
+        p = pod(node, "Succeeded", 0)
+        p["metadata"] = {"name": name, "creationTimestamp": created, "ownerReferences": [{"uid": uid}]}
+        return p
+
+    def ensure_namespace(self, name):
+        pass
+
+    def create_job(self, ns, body):
+        if (ns, body["metadata"]["name"]) in self.jobs:
+            raise K8sError("create", status=409, reason="AlreadyExists")
+        self.jobs[(ns, body["metadata"]["name"])] = "new"
+
+    def delete_job(self, ns, name, propagation=None):
+        self.deleted.append(propagation)
+        return (self.jobs.get((ns, name)) if self.stuck else self.jobs.pop((ns, name), None)) is not None
+
+    def get_job(self, ns, name):
+        self.polls += 1
+        return {"metadata": {"uid": self.jobs[(ns, name)]},
+                "status": {"succeeded": 1} if self.polls >= 2 else {"active": 1}}
+
+    def list_pods(self, ns, label_selector=None):
+        pods = [self.old_pod]
+        if self.polls >= 2:
+            pods.append(self.owned_pod("p-new", "n-new", "new", "2026-01-01T00:00:00Z"))
+        return pods
+
+    def pod_log(self, ns, name):
+        return ""
+
+
+def test_replace_deletes_the_leftover_and_reads_only_the_new_jobs_pod():
+    clock = Clock()
+    kube = LeftoverKube()
+    run = job_run.JobRun(kube, "ns", "j", poll=1, clock=clock, sleep=clock.sleep)
+    assert run.replace(job_run.job_manifest("j", "ns", "img", ["true"])) is True
+    assert kube.deleted == ["Background"] and kube.jobs[("ns", "j")] == "new"
+    facts = run.wait(30, until="scheduled")
+    assert (facts["pod"], facts["node"]) == ("p-new", "n-new")
+
+
+def test_replace_without_a_leftover_only_creates():
+    kube = LeftoverKube(leftover=False)
+    run = job_run.JobRun(kube, "ns", "j", poll=1, clock=Clock(), sleep=lambda s: None)
+    assert run.replace(job_run.job_manifest("j", "ns", "img", ["true"])) is False
+    assert kube.deleted == []
+
+
+def test_replace_gives_up_on_a_job_that_does_not_go():
+    clock = Clock()
+    run = job_run.JobRun(LeftoverKube(stuck=True), "ns", "j", poll=1, clock=clock, sleep=clock.sleep)
+    with pytest.raises(K8sError, match="still there after 5"):
+        run.replace(job_run.job_manifest("j", "ns", "img", ["true"]), timeout=5)
+
+
+def test_a_jobs_entry_with_an_unknown_key_is_refused_before_any_call():
+    res = run_module("k8s_job_run", {"kubeconfig": "/nonexistent", "image": "busybox", "command": ["true"],
+                                     "jobs": [{"name": "a"}, {"name": "b", "nodename": "n1"}]})
+    assert res.get("failed") and res["msg"].startswith("jobs[1]: unknown key(s) nodename"), res
+
+
+def test_jobs_and_name_together_are_refused():
+    res = run_module("k8s_job_run", {"name": "a", "image": "busybox", "command": ["true"], "jobs": [{"name": "b"}]})
+    assert res.get("failed") and "mutually exclusive" in res["msg"], res
