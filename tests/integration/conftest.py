@@ -73,7 +73,7 @@ def podman_exec(name, *cmd, timeout=30):
 # The lab is one estate, so the files run in the order its users work: the lab itself,
 # preflight, onboarding, validation, the rehearsals, then the packaging checks.
 # Each test still sets up and restores what it needs; the order only keeps the run realistic.
-ORDER = ["test_lablib", "test_nodes", "test_nft", "test_k8s", "test_lifecycle", "test_preflight",
+ORDER = ["test_nodes", "test_nft", "test_k8s", "test_lifecycle", "test_preflight",
          "test_onboard", "test_validate", "test_upgrade", "test_removal", "test_boundary_revocation",
          "test_overflow", "test_awx_runner", "test_installed_collection", "test_ee"]
 

@@ -1,14 +1,20 @@
-"""The lab CLI's own logic, without starting anything (no `lab` marker: runs anywhere)."""
+"""The lab CLI's own logic, without starting anything."""
 import json
+import os
+import sys
 
 import yaml
 
-from conftest import config
-from lablib import host, image, inventory
-from lablib.util import hash_files
+LAB = os.path.join(os.path.dirname(__file__), "..", "..", "lab")
+if LAB not in sys.path:
+    sys.path.insert(0, LAB)
+
+from lablib import config, host, image, inventory, nodes, packages  # noqa: E402
+from lablib.util import hash_files  # noqa: E402
 
 
-def test_inventory_groups_hosts_and_absolute_paths():
+def test_inventory_groups_hosts_and_absolute_paths(monkeypatch):
+    monkeypatch.setattr(config, "light_count", lambda: 0)
     inv = yaml.safe_load(inventory.render())["all"]
     assert inv["vars"]["hgpu_lab_kubeconfig"].startswith("/")
     owned = inv["children"]["owned"]["children"]
@@ -23,12 +29,28 @@ def test_inventory_groups_hosts_and_absolute_paths():
                  "node_group": "ng_cloud_h200", "matrix_row": "cloud-h200", "hgpu_role": "cloud"}
 
 
+def test_light_nodes_join_the_a100_group_and_a_wave_of_every_owned_node(monkeypatch):
+    assert "wave_scale" not in yaml.safe_load(inventory.render())["all"]["children"] or config.light_count()
+    monkeypatch.setattr(config, "light_count", lambda: 2)
+    inv = yaml.safe_load(inventory.render())["all"]["children"]
+    a100 = inv["owned"]["children"]["ng_a100_535"]["hosts"]
+    assert sorted(a100) == ["owned-a100-1", "owned-a100-2", "owned-light-01", "owned-light-02"]
+    assert a100["owned-light-02"]["ansible_host"] == "10.213.77.102"
+    assert sorted(inv["wave_scale"]["hosts"]) == sorted(
+        ["owned-a100-1", "owned-a100-2", "owned-l40s-1", "owned-light-01", "owned-light-02"])
+    assert sorted(inv["wave1"]["hosts"]) == ["owned-a100-1", "owned-a100-2", "owned-l40s-1"]
+    assert nodes.is_light("owned-light-02") and not nodes.is_light("owned-l40s-1")
+    light = config.light_nodes(1)[0]
+    assert "nccl-tests" not in packages.wanted(light) and "nccl-tests" in packages.wanted(config.NODES[0])
+
+
 def test_gpu_spec_matches_the_contract_shape():
     spec = config.gpu_spec(config.NODES[0])
     assert set(spec) == {"model", "count", "memory_mib", "pci_base", "uuid_seed", "mig",
-                         "compute_cap", "power_limit_w", "nccl", "faults"}
+                         "compute_cap", "power_limit_w", "nccl", "faults", "stack"}
     assert spec["uuid_seed"] == "owned-a100-1" and spec["count"] == 8
-    assert spec["faults"] == {"xid": [], "hide_gpus": 0, "nccl_wrong": 0, "nccl_busbw_factor": 1.0}
+    assert spec["faults"] == {"xid": [], "hide_gpus": 0, "nccl_wrong": 0, "nccl_busbw_factor": 1.0,
+                              "dcgm_diag": []}
     json.dumps(spec)
 
 
