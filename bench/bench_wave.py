@@ -12,6 +12,11 @@ For each wave size N (the first N of owned-a100-1, owned-a100-2, owned-l40s-1):
 - validate: playbooks/validate.yml with the NCCL baseline (`--tags baseline`) followed by
   steps inventory, reference_job, collectives and placement (link interruption and telemetry
   are fixed waits by design and are left out).
+With --light 3,12,24 the wave is measured at scale instead: `tests/lab/lab up --owned <sum>` adds
+that many light owned nodes (config.light_nodes), preflight runs once for the wave of all owned
+nodes (wave_scale), and each size onboards its own fresh light nodes, first run then rerun,
+counting also the Kubernetes API calls the control host made (the emulators' request logs).
+
 SSH round trips are counted by an ssh wrapper (ANSIBLE_SSH_EXECUTABLE) that logs every
 invocation; with pipelining and ControlPersist each invocation is one round trip on the
 shared connection. Reported: wall seconds, ratio to the baseline, seconds and SSH calls per
@@ -56,10 +61,12 @@ def ssh_wrapper(folder):
     return path, log
 
 
-def run(playbook, hosts, wrapper, log, extra=None, tags=None):
+def run(playbook, hosts, wrapper, log, extra=None, tags=None, forks=None):
     if os.path.exists(log):
         os.unlink(log)
     cmd = [os.path.join(ROOT, ".venv", "bin", "ansible-playbook"), playbook, "--limit", ",".join(hosts), "-vvv"]
+    if forks:
+        cmd += ["--forks", str(forks)]
     if extra:
         cmd += ["-e", json.dumps(extra)]
     if tags:
@@ -116,7 +123,10 @@ def main():
     ap.add_argument("--sizes", default="1,2,3")
     ap.add_argument("--repeat", type=int, default=1)
     ap.add_argument("--json", help="also write the results as JSON to this file")
+    ap.add_argument("--light", help="wave sizes on light owned nodes, e.g. 3,12,24 (see above)")
     args = ap.parse_args()
+    if args.light:
+        return scale(sorted(int(s) for s in args.light.split(",")), args.json)
     phases = [p for p in args.phases.split(",") if p]
     sizes = [int(s) for s in args.sizes.split(",")]
     work = tempfile.mkdtemp(prefix="hgpu-bench-wave-")
@@ -143,7 +153,7 @@ def main():
                     print_tasks("onboard", by_task, hosts)
                 if "validate" in phases:
                     ev = {"validate_hosts": "owned", "validate_wave": "bench", "validate_matrix": MATRIX,
-                          "hgpu_lab_records_dir": records, "validate_baseline_runs": 1,
+                          "hgpu_records_dir": records, "validate_baseline_runs": 1,
                           "validate_steps": ["inventory", "reference_job", "collectives", "placement"]}
                     bt, bcalls, _ = run(os.path.join("playbooks", "validate.yml"), hosts, wrapper, log,
                                         extra=ev, tags="baseline")
@@ -181,6 +191,91 @@ def print_growth(results, phases):
         print("%s: %d -> %d nodes, wall time x%.2f (baseline x%.2f), ssh calls x%.2f" % (
             phase, first["nodes"], last["nodes"], last[phase + "_s"] / first[phase + "_s"],
             last["baseline_s"] / first["baseline_s"], last[phase + "_ssh"] / max(1, first[phase + "_ssh"])))
+
+
+LAB = os.path.join(ROOT, "tests", "lab", "lab")
+API_LOGS = [os.path.join(ROOT, ".lab", "k8s", c, "emulator.log") for c in ("onprem", "cloud")]
+
+
+def api_marks():
+    return [os.path.getsize(p) if os.path.exists(p) else 0 for p in API_LOGS]
+
+
+def api_calls_since(marks):
+    """Requests the control host made (not the nodes' kubelets) since `marks`, read from the
+    emulators' request logs: `<time> <cluster> <client> <user> <method> <path> <code> <ms>`."""
+    calls = 0
+    for path, mark in zip(API_LOGS, marks):
+        if not os.path.exists(path):
+            continue
+        with open(path, "rb") as fh:
+            fh.seek(mark)
+            for line in fh.read().decode("utf-8", "replace").splitlines():
+                parts = line.split()
+                if len(parts) > 4 and not parts[3].startswith("system:node:"):
+                    calls += 1
+    return calls
+
+
+def scale(sizes, json_out):
+    """Onboarding at each size on its own fresh light nodes: first run, then rerun."""
+    total = sum(sizes)
+    env = dict(os.environ, PATH=os.path.join(ROOT, ".venv", "bin") + os.pathsep + os.environ["PATH"])
+    t0 = time.monotonic()
+    res = subprocess.run([LAB, "up", "--owned", str(total)], env=env, capture_output=True, text=True)
+    if res.returncode != 0:
+        sys.exit("lab up --owned %d failed:\n%s%s" % (total, res.stdout[-3000:], res.stderr[-3000:]))
+    print("lab up --owned %d: %.1fs" % (total, time.monotonic() - t0), flush=True)
+    light = ["owned-light-%02d" % i for i in range(1, total + 1)]
+    work = tempfile.mkdtemp(prefix="hgpu-bench-wave-")
+    wrapper, log = ssh_wrapper(work)
+    plain = os.path.join(work, "plain.yml")
+    with open(plain, "w") as fh:
+        fh.write(PLAIN)
+    records = os.path.join(work, "records")
+    forks = max(sizes)
+    results = []
+    try:
+        t, calls, _ = run(os.path.join("playbooks", "preflight.yml"), ["all"], wrapper, log, forks=forks,
+                          extra={"preflight_wave": "wave_scale", "hgpu_records_dir": records})
+        print("preflight of wave_scale (%d owned nodes and the cloud rows): %.1fs, %d SSH invocations" % (
+            total + 3, t, calls), flush=True)
+        start = 0
+        for size in sizes:
+            hosts = light[start:start + size]
+            start += size
+            base_t, base_calls, _ = run(plain, hosts, wrapper, log, forks=forks)
+            row = {"nodes": size, "baseline_s": round(base_t, 2), "baseline_ssh": base_calls}
+            ev = {"onboard_wave": "wave_scale", "hgpu_records_dir": records}
+            for kind in ("first", "rerun"):
+                marks = api_marks()
+                t, calls, by_task = run(os.path.join("playbooks", "onboard.yml"), hosts, wrapper, log,
+                                        extra=ev, forks=forks)
+                row.update({"onboard_%s_s" % kind: round(t, 2), "onboard_%s_ssh" % kind: calls,
+                            "onboard_%s_api" % kind: api_calls_since(marks)})
+                if kind == "first":
+                    print_tasks("onboard (first run)", by_task, hosts)
+            results.append(row)
+            print("%d light node(s): baseline %.1fs (%d ssh)" % (size, base_t, base_calls), flush=True)
+            for kind in ("first", "rerun"):
+                t = row["onboard_%s_s" % kind]
+                print("  onboard %-5s %6.1fs = %5.1fx baseline, %.2fs, %.1f ssh and %.1f API calls per node" % (
+                    kind, t, t / base_t, t / size, row["onboard_%s_ssh" % kind] / size,
+                    row["onboard_%s_api" % kind] / size), flush=True)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    if len(results) > 1:
+        first = results[0]
+        for last in results[1:]:
+            for kind in ("first", "rerun"):
+                print("onboard %s: %d -> %d nodes, wall time x%.2f (target 2.5 at 3 -> 24; linear x%.1f), "
+                      "baseline x%.2f" % (kind, first["nodes"], last["nodes"],
+                                          last["onboard_%s_s" % kind] / first["onboard_%s_s" % kind],
+                                          last["nodes"] / first["nodes"], last["baseline_s"] / first["baseline_s"]))
+    if json_out:
+        with open(json_out, "w") as fh:
+            json.dump(results, fh, indent=2)
+    return 0
 
 
 if __name__ == "__main__":

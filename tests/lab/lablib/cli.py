@@ -6,7 +6,7 @@ import os
 import sys
 import time
 
-from . import config, extra, host, image, inventory, k8s, nodes, packages, slurm, storage, telemetry
+from . import config, extra, host, image, inventory, k8s, nodes, packages, slurm, storage, telemetry, util
 from .util import LabError, log
 
 
@@ -21,26 +21,35 @@ def up(args):
         return res
 
     os.makedirs(config.LAB_DIR, exist_ok=True)
+    if not 0 <= args.owned <= config.LIGHT_MAX:
+        raise LabError("--owned %d: the lab holds 0 to %d light owned nodes" % (args.owned, config.LIGHT_MAX))
     step("host prerequisites", host.ensure_host)
     ref, built = step("node image", image.ensure_images)
     step("ssh key", nodes.ensure_ssh_key)
     step("boundary signer", nodes.ensure_boundary_signer)
-    nodes.write_ssh_config()
     step("network", nodes.ensure_network)
     repo_changed = False
     if not args.no_packages:
         repo_changed = step("apt repository", packages.ensure_repo)
     states = {}
+    # The light owned nodes this run declares (none without --owned): those past the number go,
+    # with their Node objects in the onprem emulator.
+    gone = nodes.remove_light_nodes(args.owned)
+    if gone:
+        log("removed light owned nodes: " + " ".join(gone))
+    if config.light_count() != args.owned:
+        util.write_if_changed(config.path("light-nodes"), "%d\n" % args.owned)
+    nodes.write_ssh_config()
 
     def start_all():
-        for n in config.NODES:
+        for n in config.all_nodes():
             states[n["name"]] = nodes.ensure_node(n, ref)
-        for n in config.NODES:
+        for n in config.all_nodes():
             nodes.wait_booted(n, ref)
     step("nodes", start_all)
     # No API guard until onboarding makes one: owned nodes made afresh are not onboarded, so a
     # guard left from their predecessors goes. Nodes that kept their disks keep their guard.
-    owned = [n["name"] for n in config.NODES if n["role"] == "owned"]
+    owned = [n["name"] for n in config.all_nodes() if n["role"] == "owned"]
     if all(states[name] == "created" for name in owned) and nodes.remove_api_guard():
         log("deleted the API guard table inet %s (owned nodes made afresh)" % config.API_GUARD_TABLE)
     retired = nodes.retire_records([name for name in owned if states[name] == "created"])
@@ -51,9 +60,17 @@ def up(args):
     # overflow: the Slurm site scheduler and the cloud storage host
     step("slurm + storage", lambda: (storage.ensure(ref), slurm.ensure(ref)))
     if not args.no_packages:
-        step("node packages", lambda: [packages.ensure_node_packages(n, repo_changed) for n in config.NODES])
+        def node_packages():
+            # Four nodes at a time: each is mostly apt waiting on dpkg inside its container.
+            from concurrent.futures import ThreadPoolExecutor
+            with ThreadPoolExecutor(max_workers=4) as pool:
+                list(pool.map(lambda n: packages.ensure_node_packages(n, repo_changed), config.all_nodes()))
+        step("node packages", node_packages)
     if not args.no_k8s:
         step("emulators", k8s.ensure_emulators)
+        stale = k8s.delete_light_nodes(keep=args.owned)
+        if stale:
+            log("deleted the Node objects of removed light owned nodes: " + " ".join(stale))
         if not args.no_packages:
             def join():
                 cloud = [n for n in config.NODES if n["role"] == "cloud"]
@@ -69,7 +86,7 @@ def up(args):
     for name, secs in steps:
         log("  %-20s %6.1fs" % (name, secs))
     log("lab up done in %.1fs (%s: image %s, %d/%d nodes created or started)" % (
-        total, kind, "built" if built else "cached", created, len(config.NODES)))
+        total, kind, "built" if built else "cached", created, len(config.all_nodes())))
     log("inventory: %s   ssh: ssh -F %s owned-a100-1" % (config.INVENTORY, config.path("ssh", "config")))
     return 0
 
@@ -129,7 +146,7 @@ def status(args):
     ok = True
     print("network %s: %s" % (config.NETWORK, "present" if nodes.network_exists() else "absent"))
     print("nodes:")
-    for n in config.NODES:
+    for n in config.all_nodes():
         info = nodes.inspect(n["name"])
         if info is None:
             print("  %-14s %-14s absent" % (n["name"], n["ip"]))
@@ -187,6 +204,9 @@ def main(argv=None):
     u = sub.add_parser("up", help="build/start everything (idempotent)")
     u.add_argument("--no-packages", action="store_true", help="skip the apt repository and node packages")
     u.add_argument("--no-k8s", action="store_true", help="skip the Kubernetes emulators and cloud join")
+    u.add_argument("--owned", type=int, default=0, metavar="N",
+                   help="also run N light owned nodes (a100 row, no collectives' tools) for measuring "
+                        "waves at scale; without it, light nodes a previous run added are removed")
     d = sub.add_parser("down", help="remove containers, network and emulator processes")
     d.add_argument("--purge", action="store_true", help="also remove cached images and the whole lab dir")
     sub.add_parser("status", help="show nodes, emulators and Node readiness")

@@ -60,6 +60,35 @@ NODES = [
     {"name": "cloud-h200-2", "role": "cloud", "row": "cloud-h200", "ip": "10.213.77.22"},
 ]
 
+# `lab up --owned N`: N light owned nodes beside the declared ones, so that a wave can be measured
+# at a dozen or two dozen nodes. They are the a100 row (node group ng_a100_535, kubeadm join) and
+# carry only what preflight and onboarding read: the driver, its kernel module stand-in and the
+# GPU stack, not the collectives' nccl-tests and mpirun. `lab up` without --owned removes them.
+LIGHT_ROW = "a100-535"
+LIGHT_PREFIX = "owned-light-"
+LIGHT_FIRST_IP = 101
+LIGHT_MAX = 60
+
+
+def light_nodes(count):
+    return [{"name": "%s%02d" % (LIGHT_PREFIX, i), "role": "owned", "row": LIGHT_ROW,
+             "ip": "10.213.77.%d" % (LIGHT_FIRST_IP + i - 1), "light": True} for i in range(1, count + 1)]
+
+
+def light_count():
+    """How many light owned nodes the last `lab up` declared (0 without .lab/light-nodes)."""
+    try:
+        with open(path("light-nodes")) as fh:
+            return int(fh.read().strip() or 0)
+    except (FileNotFoundError, ValueError):
+        return 0
+
+
+def all_nodes():
+    """The declared nodes and the light owned nodes `lab up --owned N` added."""
+    return NODES + light_nodes(light_count())
+
+
 CLUSTERS = {
     "onprem": {"port": 6443, "version": "v1.30.4"},
     "cloud": {"port": 7443, "version": "v1.30.4"},

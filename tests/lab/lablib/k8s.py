@@ -391,6 +391,21 @@ def list_nodes(cluster):
     return out
 
 
+def delete_light_nodes(keep, cluster="onprem"):
+    """Delete the Node objects of light owned nodes past the first `keep` (their containers are
+    gone). Returns the names deleted."""
+    from .nodes import is_light
+    wanted = {n["name"] for n in config.light_nodes(keep)}
+    gone = []
+    for name, _ready in list_nodes(cluster):
+        if is_light(name) and name not in wanted:
+            status, body = api(cluster, "DELETE", "/api/v1/nodes/" + name)
+            if status not in (200, 202, 404):
+                raise LabError("deleting Node %s on %s: HTTP %s %s" % (name, cluster, status, body))
+            gone.append(name)
+    return gone
+
+
 def node_token(cluster, name):
     """Create (if absent) the node's credential Secret and return its token."""
     secret = "node-%s-token" % name

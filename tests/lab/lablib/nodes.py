@@ -81,7 +81,7 @@ def sign_lab_boundary(key, signers):
 def write_ssh_config():
     """.lab/ssh/config, so a person can `ssh -F .lab/ssh/config owned-a100-1`."""
     lines = []
-    for n in config.NODES:
+    for n in config.all_nodes():
         lines += ["Host %s" % n["name"], "  HostName %s" % n["ip"], "  User root",
                   "  IdentityFile %s" % key_path(), "  IdentitiesOnly yes",
                   "  StrictHostKeyChecking no", "  UserKnownHostsFile /dev/null",
@@ -242,7 +242,7 @@ def create_node(node, image):
          "--restart", RESTART_POLICY,
          "--label", "%s=%s" % (config.NODE_LABEL_KEY, name),
          # The other nodes by name (a site's DNS), e.g. for an MPI hostfile naming a peer.
-         *[arg for n in config.NODES if n["name"] != name for arg in ("--add-host", "%s:%s" % (n["name"], n["ip"]))],
+         *[arg for n in config.all_nodes() if n["name"] != name for arg in ("--add-host", "%s:%s" % (n["name"], n["ip"]))],
          "-v", "%s:/srv/hybridgpu-apt:ro" % apt_dir,
          # The directory, not the file: a host-side atomic rewrite stays visible.
          "-v", "%s:/etc/hybridgpu-lab:rw" % spec_dir,
@@ -367,11 +367,27 @@ def wait_booted(node, image=None, timeout=150):
 
 
 def lab_containers():
-    """Names of the lab's node containers (those carrying the node label with a lab node name)."""
+    """Names of the lab's node containers (those carrying the node label with a lab node name,
+    light ones included whatever their number)."""
     res = run(["podman", "ps", "-a", "--filter", "label=" + config.NODE_LABEL_KEY,
                "--format", "{{.Names}} {{.Labels}}"], check=False)
     ours = {n["name"] for n in config.NODES}
-    return [ln.split()[0] for ln in res.stdout.splitlines() if ln.split() and ln.split()[0] in ours]
+    return [ln.split()[0] for ln in res.stdout.splitlines()
+            if ln.split() and (ln.split()[0] in ours or is_light(ln.split()[0]))]
+
+
+def is_light(name):
+    return name.startswith(config.LIGHT_PREFIX) and name[len(config.LIGHT_PREFIX):].isdigit()
+
+
+def remove_light_nodes(keep):
+    """Remove the light owned nodes past the first `keep` (`lab up` declares how many there are).
+    Returns the names removed."""
+    wanted = {n["name"] for n in config.light_nodes(keep)}
+    extra = [name for name in lab_containers() if is_light(name) and name not in wanted]
+    if extra:
+        run(["podman", "rm", "-f", "-t", "5", *extra], check=False, timeout=300)
+    return extra
 
 
 def remove_nodes():

@@ -56,7 +56,9 @@ def fabricmanager(row):
 
 def wanted(node):
     row = config.ROWS[node["row"]]
-    pkgs = [row["driver"], "nccl-tests", "hybridgpu-lab-mpirun", KMOD] + GPU_STACK
+    pkgs = [row["driver"], KMOD] + GPU_STACK
+    if not node.get("light"):  # a light node runs no collectives (config.light_nodes)
+        pkgs[1:1] = ["nccl-tests", "hybridgpu-lab-mpirun"]
     if "SXM" in row["spec"]["model"] and row["spec"]["count"] >= 8:
         pkgs.append(fabricmanager(row))  # NVSwitch board: fabric manager in lockstep with the driver
     if node["role"] == "cloud":
