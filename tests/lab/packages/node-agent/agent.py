@@ -53,7 +53,8 @@ DEFAULTS = {
     # never leaves the Lease stale for a whole grace period
     "lease_interval": 5.0,
     "lease_duration": 40,              # leaseDurationSeconds, as the kubelet
-    "pod_poll_interval": 2.0,          # seconds between pod list polls
+    "pod_poll_interval": 0.5,          # seconds between pod list polls (a kubelet watches: it sees a pod at once)
+    "log_push_interval": 2.0,          # seconds between log uploads of a running pod
     "kubelet_version": "v1.30.4-hybridgpu",
     "state_dir": "/var/lib/hybridgpu-node-agent",
     "nvidia_smi": "nvidia-smi",
@@ -820,7 +821,7 @@ class Agent:
         base = "/api/v1/namespaces/%s/pods/%s" % (local.namespace, local.name)
         now = time.monotonic()
         push_logs = local.reported != local.phase or \
-            now - local.last_log_push >= float(self.cfg["pod_poll_interval"])
+            now - local.last_log_push >= float(self.cfg["log_push_interval"])
         for c in local.containers if push_logs else []:
             code, _ = self.api.request("PUT", base + "/log", tail(c["log"]), content_type="text/plain",
                                        query={"container": c["name"]} if len(local.containers) > 1 else None)
