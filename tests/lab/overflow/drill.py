@@ -269,7 +269,7 @@ def drive(env, dispatcher, job_id, marks, timeout=150):
         if res["outcome"] == "running" and "cloud GPUs" not in marks and "is running" in res["reason"]:
             marks["cloud GPUs"] = time.time()
         if res["outcome"] in ("running", "held", "submitted", "adopted", "returning", "noop"):
-            time.sleep(1.0)
+            time.sleep(0.5)
     job = env.tracker.job(job_id)
     return job["state"] if job else None
 
