@@ -61,6 +61,17 @@ def ssh_wrapper(folder):
     return path, log
 
 
+def workspace():
+    """A temporary folder with the ssh wrapper, its log, the plain baseline playbook and a
+    records folder."""
+    work = tempfile.mkdtemp(prefix="hgpu-bench-wave-")
+    wrapper, log = ssh_wrapper(work)
+    plain = os.path.join(work, "plain.yml")
+    with open(plain, "w") as fh:
+        fh.write(PLAIN)
+    return work, wrapper, log, plain, os.path.join(work, "records")
+
+
 def run(playbook, hosts, wrapper, log, extra=None, tags=None, forks=None):
     if os.path.exists(log):
         os.unlink(log)
@@ -129,12 +140,7 @@ def main():
         return scale(sorted(int(s) for s in args.light.split(",")), args.json)
     phases = [p for p in args.phases.split(",") if p]
     sizes = [int(s) for s in args.sizes.split(",")]
-    work = tempfile.mkdtemp(prefix="hgpu-bench-wave-")
-    wrapper, log = ssh_wrapper(work)
-    plain = os.path.join(work, "plain.yml")
-    with open(plain, "w") as fh:
-        fh.write(PLAIN)
-    records = os.path.join(work, "records")
+    work, wrapper, log, plain, records = workspace()
     results = []
     try:
         for size in sizes:
@@ -227,12 +233,7 @@ def scale(sizes, json_out):
         sys.exit("lab up --owned %d failed:\n%s%s" % (total, res.stdout[-3000:], res.stderr[-3000:]))
     print("lab up --owned %d: %.1fs" % (total, time.monotonic() - t0), flush=True)
     light = ["owned-light-%02d" % i for i in range(1, total + 1)]
-    work = tempfile.mkdtemp(prefix="hgpu-bench-wave-")
-    wrapper, log = ssh_wrapper(work)
-    plain = os.path.join(work, "plain.yml")
-    with open(plain, "w") as fh:
-        fh.write(PLAIN)
-    records = os.path.join(work, "records")
+    work, wrapper, log, plain, records = workspace()
     forks = max(sizes)
     results = []
     try:

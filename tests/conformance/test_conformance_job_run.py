@@ -16,11 +16,15 @@ def jobs_left(h, *names):
     return [j.metadata.name for j in h.batch.list_namespaced_job(h.ns).items if j.metadata.name in names]
 
 
+def pool_with_node(h):
+    pool, node = h.uniq("pool"), h.uniq("node")
+    h.make_node(node, pool)
+    return pool, node
+
+
 def test_jobs_run_side_by_side_and_each_is_read_back(api):
     dummy, h = api
-    pool = h.uniq("pool")
-    node = h.uniq("node")
-    h.make_node(node, pool)
+    pool, node = pool_with_node(h)
     done, unplaced = h.uniq("jr-done"), h.uniq("jr-unplaced")
     res = run_module("k8s_job_run", job_args(h, cleanup=True, jobs=[
         {"name": done, "node_selector": {POOL_LABEL: pool}},
@@ -35,9 +39,7 @@ def test_jobs_run_side_by_side_and_each_is_read_back(api):
 
 def test_a_job_that_does_not_finish_fails_the_run_after_all_are_read_back(api):
     dummy, h = api
-    pool = h.uniq("pool")
-    node = h.uniq("node")
-    h.make_node(node, pool)
+    pool, dummy_node = pool_with_node(h)
     held, done = h.uniq("jr-held"), h.uniq("jr-ok")
     res = run_module("k8s_job_run", job_args(h, cleanup=True, jobs=[
         {"name": held, "node_selector": {POOL_LABEL: pool}, "labels": {HOLD_LABEL: "true"}, "wait_timeout": 2},
@@ -49,10 +51,8 @@ def test_a_job_that_does_not_finish_fails_the_run_after_all_are_read_back(api):
 
 def test_replace_deletes_the_leftover_and_reads_only_the_new_jobs_pod(api):
     dummy, h = api
-    old_pool, new_pool = h.uniq("pool"), h.uniq("pool")
-    old_node, new_node = h.uniq("node"), h.uniq("node")
-    h.make_node(old_node, old_pool)
-    h.make_node(new_node, new_pool)
+    old_pool, old_node = pool_with_node(h)
+    new_pool, new_node = pool_with_node(h)
     name = h.uniq("jr-again")
     first = run_module("k8s_job_run", job_args(h, name=name, node_selector={POOL_LABEL: old_pool}))
     assert first["node"] == old_node and first["succeeded"], first
