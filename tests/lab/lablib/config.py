@@ -66,8 +66,10 @@ NODES = [
 # GPU stack, not the collectives' nccl-tests and mpirun. `lab up` without --owned removes them.
 LIGHT_ROW = "a100-535"
 LIGHT_PREFIX = "owned-light-"
-LIGHT_FIRST_IP = 101
+LIGHT_FIRST_IP = 65
 LIGHT_MAX = 60
+# Their addresses (.65 to .124) in one range: the narrowest source of their own paths.
+LIGHT_RANGE = "10.213.77.64/26"
 
 
 def light_nodes(count):

@@ -35,13 +35,32 @@ def test_light_nodes_join_the_a100_group_and_a_wave_of_every_owned_node(monkeypa
     inv = yaml.safe_load(inventory.render())["all"]["children"]
     a100 = inv["owned"]["children"]["ng_a100_535"]["hosts"]
     assert sorted(a100) == ["owned-a100-1", "owned-a100-2", "owned-light-01", "owned-light-02"]
-    assert a100["owned-light-02"]["ansible_host"] == "10.213.77.102"
+    assert a100["owned-light-02"]["ansible_host"] == "10.213.77.66"
     assert sorted(inv["wave_scale"]["hosts"]) == sorted(
         ["owned-a100-1", "owned-a100-2", "owned-l40s-1", "owned-light-01", "owned-light-02"])
     assert sorted(inv["wave1"]["hosts"]) == ["owned-a100-1", "owned-a100-2", "owned-l40s-1"]
     assert nodes.is_light("owned-light-02") and not nodes.is_light("owned-l40s-1")
+    assert yaml.safe_load(inventory.render())["all"]["vars"]["hgpu_site_dir"] == inventory.light_site_dir()
     light = config.light_nodes(1)[0]
     assert "nccl-tests" not in packages.wanted(light) and "nccl-tests" in packages.wanted(config.NODES[0])
+
+
+def test_the_light_site_lists_the_light_nodes_in_its_path_table(monkeypatch, tmp_path):
+    monkeypatch.setattr(inventory, "light_site_dir", lambda: str(tmp_path / "site"))
+    assert inventory.write_light_site(config.light_nodes(2))
+    table = yaml.safe_load((tmp_path / "site" / "preflight" / "paths.yml").read_text())
+    assert table["hosts"]["owned-light-01"] == "10.213.77.65"
+    assert table["groups"]["owned"][-2:] == ["owned-light-01", "owned-light-02"]
+    paths = {p["id"]: p for p in table["paths"]}
+    # a path from the owned nodes keeps its narrowest source for the declared ones and gets a twin
+    assert paths["owned-agent-to-api"]["source"] == {"group": "owned_heavy"}
+    assert paths["owned-agent-to-api"]["narrowest_source"] == "10.213.77.8/29"
+    assert paths["owned-agent-to-api-light"]["narrowest_source"] == config.LIGHT_RANGE
+    assert paths["mgmt-ssh"]["destination"] == {"group": "owned"}
+    # every other input is the lab's own, the signed boundary with its signature
+    assert sorted(os.listdir(tmp_path / "site" / "preflight")) == sorted(
+        n for n in os.listdir(inventory.SITE) if os.path.isfile(os.path.join(inventory.SITE, n)))
+    assert not inventory.write_light_site([]) and not (tmp_path / "site").exists()
 
 
 def test_gpu_spec_matches_the_contract_shape():
