@@ -82,9 +82,31 @@ def ensure_podman_conf():
     return True
 
 
+# Every node runs systemd, which holds several inotify instances: Debian's default of 128 per
+# user runs out at about two dozen nodes (their units then fail to boot).
+INOTIFY = {"fs.inotify.max_user_instances": 8192, "fs.inotify.max_user_watches": 524288}
+
+
+def ensure_inotify():
+    """Raise the host's inotify limits to INOTIFY where they are lower (until the next boot)."""
+    raised = []
+    for key, want in INOTIFY.items():
+        path = "/proc/sys/" + key.replace(".", "/")
+        with open(path) as fh:
+            have = int(fh.read().split()[0])
+        if have < want:
+            with open(path, "w") as fh:
+                fh.write("%d\n" % want)
+            raised.append("%s %d -> %d" % (key, have, want))
+    if raised:
+        log("raised " + ", ".join(raised))
+    return bool(raised)
+
+
 def ensure_host():
     if shutil.which("apt-get") is None:
         raise SystemExit("the lab needs a Debian host (apt-get not found)")
     changed = ensure_packages()
     changed = ensure_podman_conf() or changed
+    changed = ensure_inotify() or changed
     return changed
