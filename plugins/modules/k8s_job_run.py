@@ -18,8 +18,8 @@ description:
   - With I(state=attach) it creates nothing and waits for an existing Job (for example one
     started earlier with I(wait=none)).
   - The Job is deleted afterwards when I(cleanup=true).
-  - With I(jobs), several Jobs run side by side in one module run (each may name its own
-    context): all are created, then waited on together, and each is read back into I(results).
+  - With I(jobs), several Jobs run side by side in one module run, each may name its own
+    context. All are created, then waited on together, and each is read back into I(results).
     A value an entry leaves out comes from the module's options.
 extends_documentation_fragment:
   - hybridgpu.fleet.attributes
@@ -319,7 +319,7 @@ def run_many(module):
     if len(set(names)) != len(names):
         module.fail_json(msg="jobs: two entries name the same Job in the same context and namespace")
     results = [{"job": p["name"], "context": p["context"]} for p in params]
-    runs = []
+    runs, doing = [], None
     try:
         for p, res in zip(params, results):
             doing = p
