@@ -244,6 +244,9 @@ def job_params(module, index, entry):
         module.fail_json(msg="%s: name is required" % head)
     p = dict((k, module.params[k]) for k in JOB_KEYS)
     p.update((k, v) for k, v in entry.items() if v is not None)
+    for key in ("name", "context", "namespace", "image", "node_name"):
+        if p[key] is not None and not isinstance(p[key], str):
+            module.fail_json(msg="%s: %s must be a string, got %r" % (head, key, p[key]))
     if p["wait"] not in WAITS:
         module.fail_json(msg="%s (%s): wait must be one of %s, got %r" % (head, p["name"], ", ".join(WAITS), p["wait"]))
     for key, kind in (("gpus", int), ("wait_timeout", float)):
@@ -251,6 +254,13 @@ def job_params(module, index, entry):
             p[key] = kind(p[key])
         except (TypeError, ValueError):
             module.fail_json(msg="%s (%s): %s must be a number, got %r" % (head, p["name"], key, p[key]))
+    for key, kind, what in (("command", list, "a list of strings"), ("args", list, "a list of strings"),
+                            ("node_selector", dict, "a mapping"), ("labels", dict, "a mapping"),
+                            ("tolerations", list, "a list of mappings"), ("env", (dict, list), "a mapping or a list")):
+        value = p[key]
+        if value is not None and (not isinstance(value, kind) or
+                                  (what == "a list of strings" and not all(isinstance(v, str) for v in value))):
+            module.fail_json(msg="%s (%s): %s must be %s, got %r" % (head, p["name"], key, what, value))
     return p
 
 

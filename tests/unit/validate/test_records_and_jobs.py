@@ -237,6 +237,19 @@ def test_a_jobs_entry_with_an_unknown_key_is_refused_before_any_call():
     assert res.get("failed") and res["msg"].startswith("jobs[1]: unknown key(s) nodename"), res
 
 
+@pytest.mark.parametrize("entry,message", [
+    ({"name": "b", "command": "true"}, "jobs[0] (b): command must be a list of strings, got 'true'"),
+    ({"name": "b", "node_selector": ["a=b"]}, "jobs[0] (b): node_selector must be a mapping"),
+    ({"name": "b", "gpus": "two"}, "jobs[0] (b): gpus must be a number"),
+    ({"name": "b", "wait": "done"}, "jobs[0] (b): wait must be one of finished, scheduled, none"),
+    ({"name": ["b"]}, "jobs[0]: name must be a string"),
+])
+def test_a_jobs_entry_of_the_wrong_type_is_refused_before_any_call(entry, message):
+    res = run_module("k8s_job_run", {"kubeconfig": "/nonexistent", "image": "busybox", "command": ["true"],
+                                     "jobs": [entry]})
+    assert res.get("failed") and res["msg"].startswith(message), res
+
+
 def test_jobs_and_name_together_are_refused():
     res = run_module("k8s_job_run", {"name": "a", "image": "busybox", "command": ["true"], "jobs": [{"name": "b"}]})
     assert res.get("failed") and "mutually exclusive" in res["msg"], res
