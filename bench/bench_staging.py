@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Benchmark: staging throughput with checksums, as a ratio to a plain copy of the same data, for both stagers.
 
-rsync half: RsyncStager.stage_inputs of F files of S MB to the lab's cloud-storage host (local sha256
-while the host reports its own, one rsync for the job, verification after the copy). Baseline in the
+rsync half: RsyncStager.stage_inputs of F files of S MB to the lab's cloud-storage host (one SSH session
+for the job: the bytes go from the page cache to SSH and are hashed on the way, the storage host hashes
+them as it writes them and renames each copy once the digests agree). Baseline in the
 same run: one plain `scp` of the same files to another directory on the same host (no checksums).
 It needs the lab's storage host and says so, then skips, when the lab is not up.
 S3 half: S3Stager.stage_inputs of the same files (SHA-256 per object, multipart, one stream set per
@@ -15,7 +16,7 @@ given all files at once (its streams also run from one file into the next). The 
 against the faster of the two. The store is moto in server mode on loopback (a separate process),
 or --endpoint with --bucket (credentials from the environment).
 Sustained throughput = bytes / wall time of the whole call. Each figure is the median of --repeat runs,
-stager and plain copies taking turns going first. Prints the rates and their ratios; no thresholds.
+stager and plain copies taking turns going first; the rsync half then checks the staged copies. Prints the rates and their ratios; no thresholds.
 Removes what it wrote.
 
     .venv/bin/python bench/bench_staging.py [--files 4] [--mb 32] [--repeat 5] [--only s3|rsync]
@@ -35,6 +36,7 @@ sys.path.insert(0, os.path.join(ROOT, ".collections"))
 
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow.remote import ssh_options  # noqa: E402
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow.rsync_stager import RsyncStager, file_sha256  # noqa: E402
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow.rsync_stager import parse_sha256sum as rs_parse  # noqa: E402
 
 HOST = "10.213.77.30"
 MIB = 1024 * 1024
@@ -80,12 +82,24 @@ def bench_rsync(a, inputs, total):
     try:
         for n in range(a.repeat):
             st.ssh("rm -rf %s; mkdir -p %s/plain" % (root, root))
-            got = st.stage_inputs("bench", inputs)
-            staged.append(got["seconds"])
-            t = time.monotonic()
-            subprocess.run(["scp", "-q", "-i", a.key] + ssh_options(known) + [i["path"] for i in inputs] +
-                           ["root@%s:%s/plain/" % (HOST, root)], check=True)
-            plain.append(time.monotonic() - t)
+
+            def stage():
+                staged.append(st.stage_inputs("bench", inputs)["seconds"])
+
+            def copy():
+                t = time.monotonic()
+                subprocess.run(["scp", "-q", "-i", a.key] + ssh_options(known) + [i["path"] for i in inputs] +
+                               ["root@%s:%s/plain/" % (HOST, root)], check=True)
+                plain.append(time.monotonic() - t)
+
+            # stager and plain copy take turns going first
+            for step in turn((stage, copy), n):
+                step()
+        # what landed is what was read (not timed)
+        landed = rs_parse(st.ssh("sha256sum %s/jobs/bench/inputs/*" % root).stdout)
+        wrong = [i["name"] for i in inputs if landed.get("%s/jobs/bench/inputs/%s" % (root, i["name"])) != file_sha256(i["path"])]
+        if wrong:
+            raise SystemExit("rsync half: the staged copies of %s differ from the inputs" % ", ".join(wrong))
     finally:
         st.ssh("rm -rf %s" % root, check=False)
     s, p = statistics.median(staged), statistics.median(plain)

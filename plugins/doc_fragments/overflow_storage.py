@@ -11,8 +11,12 @@ class ModuleDocFragment(object):
 options:
   storage:
     description:
-      - Cloud storage. C(kind=rsync) (the default) stages over rsync/SSH to a storage host; C(kind=s3) to an
+      - Cloud storage. C(kind=rsync) (the default) stages to a storage host over SSH; C(kind=s3) to an
         S3-compatible bucket through boto3 (needs the C(boto3) Python package on the controller). Unknown keys are refused.
+      - With C(kind=rsync), a job's inputs go in one SSH session to a small receiver run with the storage host's
+        C(python3) (3.5 or later, standard library only), which hashes the bytes as it writes them and renames a
+        copy to its name only when its SHA-256 equals the controller's; an interrupted copy is resumed. Outputs
+        and images travel with C(rsync), which the storage host also needs.
       - Every staged object carries a SHA-256 checksum that is checked again on the way back.
     type: dict
     required: true

@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: contributors to hybridgpu.fleet
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Overflow stager over rsync/SSH to a cloud storage host.
+"""Overflow stager over SSH to a cloud storage host: inputs through a receiver on the host, outputs and images with rsync.
 
 Layout on the storage host, under `remote_root`:
     shared/<name>                           datasets kept warm for many jobs
@@ -13,14 +13,17 @@ Images: {"name", "path" (the on-prem blob, e.g. an OCI tarball), "digest": "sha2
 checked against the on-prem file)}. One SSH call reads the cached blob's sha256; equal to the on-prem
 digest -> "cached", nothing sent; absent or different -> "cold_pull": rsync --checksum, the cached
 digest is read again and must match (else the cached copy is removed and the pull fails).
-Inputs: [{"name", "path" (file on the control host), "shared": bool}].
-- Each input's sha256 is computed locally while one SSH call reads the remote manifest and the
-  remote checksums; a file whose remote checksum already matches is not sent (warm shared data, or
-  a copy that finished before an interruption).
-- One rsync per job sends every file still to send (a folder of links that mirrors the storage
-  layout, copied with --copy-links), with --partial --append-verify, so an interrupted copy resumes
-  where it stopped and the whole file is verified again; after the copy the remote checksums are
-  read once (one SSH call) and a mismatch deletes the remote file and counts as an interruption.
+Inputs: [{"name", "path" (file on the control host), "shared": bool}]. A job's inputs go in one SSH
+session to a receiver run with the storage host's python3 (RECEIVER below):
+- The storage host first reports the checksums of the copies it holds and the sizes of partial ones;
+  the controller reads a file first only when there is a copy to compare with (a warm shared dataset
+  is not sent) or to resume. Every other file is hashed while it is read for sending.
+- The storage host hashes the bytes as it writes them to `<dest>.partial~` and renames the copy to its
+  name only when its sha256 equals the controller's, so a job never sees a half-written input. An
+  interrupted copy stays partial and the next staging sends the rest (the kept prefix is read once on
+  the storage host for the hash); a mismatch removes the copy and counts as an interruption.
+- Each side reads the bytes once: no second pass over what was sent. Verified shared datasets go into
+  shared/MANIFEST.sha256, which the receiver replaces in one rename.
 - Throughput is sustained: bytes sent / wall time of the whole staging (checksums included).
 Outputs come back to a fresh `onprem_root/<job_id>/<attempt_id>/` with a plain rsync (no --checksum
 pass that reads every file on the storage host before sending it), and their checksum (tree_digest)
@@ -31,12 +34,17 @@ in a remote command is quoted on its own. SSH checks the host key, against `know
 """
 from __future__ import annotations
 
+import fcntl
 import hashlib
+import json
+import mmap
 import os
 import shlex
 import shutil
 import subprocess
+import sys
 import tempfile
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -77,6 +85,231 @@ def parse_sha256sum(text):
     return out
 
 
+LINUX = sys.platform.startswith("linux")   # sendfile into a pipe, and pipe sizes, are Linux's
+PARTIAL = ".partial~"   # an input copy in progress: its name plus a character no checked name holds
+
+# Runs on the storage host as `python3 -c RECEIVER '<request>'` (Python 3.5 or later, standard library only).
+# Request: {"dirs": [...], "paths": [dest...], "suffix": ".partial~", "manifest": path}.
+# 1. Reports one JSON line: for each dest its sha256 (when the file is there) and the size of its partial
+#    copy (dest + suffix, when there is one), and the warm-data manifest's text.
+# 2. Reads one JSON line, the plan: {"files": [{"dest", "offset", "size", "shared": name or null}]}, then for
+#    each file in turn its bytes from `offset` to `size` and the 64 hex digits of the controller's sha256 of
+#    the whole file. The bytes go to the partial copy while they are hashed (the prefix kept from an
+#    interrupted copy is read once for the hash); an equal digest renames the copy to dest, another one
+#    removes it. Verified shared datasets go into the manifest, which is replaced in one rename.
+# 3. Reports one JSON line: {"done": [{"dest", "sha256", "ok"}]}, or {"stopped": dest, "missing": n} when
+#    the stream ended early (the partial copy stays for a resume) and exits 3.
+RECEIVER = r'''
+import fcntl, hashlib, json, mmap, os, sys
+req = json.loads(sys.argv[1])
+out, BUF, GRAIN = sys.stdout, 1 << 20, 4 << 20
+splice = getattr(os, "splice", None)
+if sys.platform.startswith("linux"):
+    try:
+        fcntl.fcntl(0, 1031, BUF)
+    except OSError:
+        pass
+def readn(n):
+    parts = []
+    while n:
+        b = os.read(0, n)
+        if not b:
+            break
+        parts.append(b)
+        n -= len(b)
+    return b"".join(parts)
+def hashed(h, fd, start, end):
+    base = start - start % mmap.ALLOCATIONGRANULARITY
+    m = mmap.mmap(fd, end - base, access=mmap.ACCESS_READ, offset=base)
+    v = memoryview(m)
+    h.update(v[start - base:])
+    v.release()
+    m.close()
+def digest(path, limit):
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while limit > 0:
+            b = fh.read(min(BUF, limit))
+            if not b:
+                break
+            h.update(b)
+            limit -= len(b)
+    return h
+for d in req["dirs"]:
+    os.makedirs(d, exist_ok=True)
+files = {}
+for p in req["paths"]:
+    s = {}
+    if os.path.isfile(p):
+        s["sha256"] = digest(p, os.path.getsize(p)).hexdigest()
+    if os.path.isfile(p + req["suffix"]):
+        s["partial"] = os.path.getsize(p + req["suffix"])
+    files[p] = s
+try:
+    with open(req["manifest"]) as fh:
+        manifest = fh.read()
+except FileNotFoundError:
+    manifest = ""
+out.write(json.dumps({"files": files, "manifest": manifest}) + "\n")
+out.flush()
+head = readn(10)
+if len(head) < 10:
+    sys.exit(0)
+plan = json.loads(readn(int(head)).decode())
+done, shared = [], {}
+for f in plan["files"]:
+    part, off = f["dest"] + req["suffix"], f["offset"]
+    if off:
+        h = digest(part, off)
+        fd = os.open(part, os.O_RDWR)
+        os.ftruncate(fd, off)
+        os.lseek(fd, off, 0)
+    else:
+        h = hashlib.sha256()
+        fd = os.open(part, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+    pos, left, hashed_to = off, f["size"] - off, off
+    try:
+        while left:
+            if splice:
+                n = splice(0, fd, min(BUF, left))
+            else:
+                b = os.read(0, min(BUF, left))
+                n = len(b)
+                view = memoryview(b)
+                while view:
+                    view = view[os.write(fd, view):]
+            if not n:
+                break
+            pos += n
+            left -= n
+            if pos - hashed_to >= GRAIN or not left:
+                hashed(h, fd, hashed_to, pos)
+                hashed_to = pos
+    finally:
+        os.close(fd)
+    want = readn(64).decode() if not left else ""
+    if len(want) != 64:
+        out.write(json.dumps({"stopped": f["dest"], "missing": left}) + "\n")
+        sys.exit(3)
+    got = h.hexdigest()
+    if got == want:
+        os.replace(part, f["dest"])
+        if f.get("shared"):
+            shared[f["shared"]] = got
+    else:
+        os.unlink(part)
+    done.append({"dest": f["dest"], "sha256": got, "ok": got == want})
+if shared:
+    keep = [ln + "\n" for ln in manifest.splitlines() if ln.split("  ", 1)[-1] not in shared]
+    with open(req["manifest"] + ".tmp", "w") as fh:
+        fh.write("".join(keep) + "".join("%s  %s\n" % (shared[n], n) for n in sorted(shared)))
+    os.replace(req["manifest"] + ".tmp", req["manifest"])
+out.write(json.dumps({"done": done}) + "\n")
+'''
+
+
+class _Stopped(Exception):
+    pass
+
+
+class _Session(object):
+    """One SSH session to the receiver: JSON lines back, the plan and the bytes in. A watchdog kills it when
+    nothing moved for `idle` seconds, or after `kill_after` seconds (an interruption the drill injects)."""
+
+    def __init__(self, argv, idle, kill_after=None):
+        self.err = tempfile.TemporaryFile()
+        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.err)
+        if LINUX:
+            try:
+                # a larger pipe to SSH: fewer wake-ups per MiB sent
+                fcntl.fcntl(self.proc.stdin.fileno(), getattr(fcntl, "F_SETPIPE_SZ", 1031), 1 << 20)
+            except (OSError, ValueError):
+                pass
+        self.started = self.moved = time.monotonic()
+        self.killed = None
+        self.idle, self.kill_after = idle, kill_after
+        self.done = threading.Event()
+        self.watchdog = threading.Thread(target=self._watch)
+        self.watchdog.daemon = True
+        self.watchdog.start()
+
+    def _watch(self):
+        while not self.done.wait(0.1):
+            now = time.monotonic()
+            if self.kill_after and now - self.started > self.kill_after:
+                self.killed = "killed after %.1fs (interruption injected)" % self.kill_after
+            elif now - self.moved > self.idle:
+                self.killed = "nothing moved for %ds" % self.idle
+            else:
+                continue
+            self.proc.kill()
+            return
+
+    def reply(self):
+        line = self.proc.stdout.readline()
+        self.moved = time.monotonic()
+        try:
+            msg = json.loads(line.decode()) if line else None
+        except ValueError:
+            msg = None
+        if not isinstance(msg, dict) or "stopped" in msg:
+            raise _Stopped("the receiver %s" % ("ended early" if not line else "reported %r" % line[:200]))
+        return msg
+
+    def send(self, data):
+        try:
+            self.proc.stdin.write(data)
+        except (OSError, ValueError):
+            raise _Stopped("the receiver stopped reading")
+        self.moved = time.monotonic()
+
+    def sendfile(self, fd, offset, count):
+        """`count` bytes of the file `fd` from `offset`, from the page cache into the pipe to SSH."""
+        try:
+            self.proc.stdin.flush()
+            out = self.proc.stdin.fileno()
+            while count > 0:
+                sent = os.sendfile(out, fd, offset, count)
+                if not sent:
+                    raise _Stopped("the local file ended early")
+                offset += sent
+                count -= sent
+                self.moved = time.monotonic()
+        except (OSError, ValueError):
+            raise _Stopped("the receiver stopped reading")
+
+    def close_input(self):
+        try:
+            self.proc.stdin.close()
+        except OSError:
+            raise _Stopped("the receiver stopped reading")
+
+    def finish(self):
+        self.done.set()
+        rc = self.proc.wait()
+        if rc != 0:
+            raise _Stopped("the receiver exited with rc %d" % rc)
+        self.err.close()
+
+    def abort(self):
+        self.done.set()
+        if self.proc.poll() is None:
+            self.proc.kill()
+        for pipe in (self.proc.stdin, self.proc.stdout):
+            try:
+                pipe.close()
+            except OSError:
+                pass
+        self.proc.wait()
+
+    def why(self, exc):
+        """What stopped the session: the watchdog's reason, the exit status and the end of stderr."""
+        self.err.seek(0)
+        tail = self.err.read()[-300:].decode(errors="replace").strip()
+        self.err.close()
+        return "; ".join(x for x in (self.killed, str(exc), "rc %s" % self.proc.returncode, tail) if x)
+
+
 class RsyncStager(backends.Stager):
     def __init__(self, host, ssh_key, onprem_root, remote_root="/srv/cloud-storage", user="root",
                  ssh_port=22, timeout=600, image_cache=None, known_hosts=None):
@@ -110,35 +343,20 @@ class RsyncStager(backends.Stager):
                 self.host, command[:80], res.returncode, res.stderr.strip()[-300:]))
         return res
 
-    def _rsync(self, sources, dest, extra=(), port=None, kill_after=None, resume=True):
-        # --append-verify resumes a partial input; a return goes to an emptied folder instead, since a
-        # damaged file of the right size must be sent again, not appended to.
-        flags = ["--partial", "--append-verify"] if resume else []
+    def _rsync(self, sources, dest, extra=(), port=None):
+        """One plain rsync over SSH (images and outputs): (rc, the end of stderr)."""
         ssh = " ".join(shlex.quote(x) for x in self._ssh_base(port))
-        cmd = ["rsync", "-a"] + flags + ["--timeout=60", "-e", ssh] + list(extra) + list(sources) + [dest]
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        cmd = ["rsync", "-a", "--timeout=60", "-e", ssh] + list(extra) + list(sources) + [dest]
         try:
-            out, err = proc.communicate(timeout=kill_after if kill_after else self.timeout)
+            res = subprocess.run(cmd, capture_output=True, text=True, timeout=self.timeout, check=False)
         except subprocess.TimeoutExpired:
-            proc.kill()
-            out, err = proc.communicate()
-            return -9, "killed after %.1fs (interruption injected)" % kill_after
-        return proc.returncode, err.strip()
+            return -9, "no result after %ds" % self.timeout
+        return res.returncode, res.stderr.strip()
 
     def remote(self, *parts):
         return "/".join([self.remote_root] + [p.strip("/") for p in parts if p])
 
     # -- inputs ---------------------------------------------------------------------------------
-    def _remote_state(self, job_id, items):
-        """One SSH call: the warm-data manifest and the checksums of what is already there."""
-        paths = " ".join(shlex.quote(self._dest_of(job_id, it)) for it in items)
-        cmd = ("%s; %s 2>/dev/null; echo '--- remote'; sha256sum %s 2>/dev/null; true" % (
-            command("mkdir", "-p", self.remote("shared"), self.remote("jobs", job_id, "inputs")),
-            command("cat", self.remote("shared", "MANIFEST.sha256")), paths))
-        text = self.ssh(cmd).stdout
-        manifest_text, dummy, remote_text = text.partition("--- remote\n")
-        return parse_sha256sum(manifest_text), parse_sha256sum(remote_text)
-
     def _dest_of(self, job_id, item):
         if item.get("shared"):
             return self.remote("shared", item["name"])
@@ -161,75 +379,106 @@ class RsyncStager(backends.Stager):
             if not it.get("path") or not os.path.isfile(it["path"]):
                 raise backends.TransferInterrupted("input %r of %s: local file %r does not exist" % (
                     it.get("name"), job_id, it.get("path")))
-        # local checksums are computed while the storage host reports its own
-        with ThreadPoolExecutor(max(1, min(4, len(inputs)))) as pool:
-            sums = [pool.submit(file_sha256, it["path"]) for it in inputs]
-            manifest, remote = self._remote_state(job_id, inputs)
-            items = [dict(it, sha256=fut.result(), size=os.path.getsize(it["path"])) for it, fut in zip(inputs, sums)]
-        sent = skipped = 0
-        resumed = False
+        items = [dict(it, size=os.path.getsize(it["path"]), dest=self._dest_of(job_id, it), offset=0) for it in inputs]
+        kill = rate = None
+        if self.interrupt_next:
+            self.interrupt_next -= 1
+            kill, rate = self.interrupt_after, self.interrupt_bwlimit * 1024
+        request = {"dirs": [self.remote("shared"), self.remote("jobs", job_id, "inputs")],
+                   "paths": [it["dest"] for it in items], "suffix": PARTIAL,
+                   "manifest": self.remote("shared", "MANIFEST.sha256")}
+        session = _Session(self._ssh_base() + ["%s@%s" % (self.user, self.host),
+                                               command("python3", "-I", "-S", "-c", RECEIVER, json.dumps(request))],
+                           self.timeout, kill)
         todo = []
+        skipped = 0
         warm = []
-        for it in items:
-            if remote.get(self._dest_of(job_id, it)) == it["sha256"]:
-                # already there and intact: a warm shared dataset, or a copy finished before an interruption
-                skipped += it["size"]
-                if it.get("shared") and manifest.get(it["name"]) == it["sha256"]:
-                    warm.append(it["name"])
-                continue
-            todo.append(it)
-        if todo:
-            partial = self._partial_sizes(job_id, todo)
-            # a file as long as the input but with another checksum is damaged, not partial: an append
-            # would keep it, so it goes before the copy
-            damaged = [self._dest_of(job_id, it) for it in todo if partial.get(self._dest_of(job_id, it), 0) >= it["size"]]
-            if damaged:
-                self.ssh(command("rm", "-f", *damaged))
-                for dest in damaged:
-                    partial.pop(dest)
-            have = sum(partial.get(self._dest_of(job_id, it), 0) for it in todo)
-            resumed = any(0 < partial.get(self._dest_of(job_id, it), 0) < it["size"] for it in todo)
-            kill = None
-            extra = []
-            if self.interrupt_next:
-                self.interrupt_next -= 1
-                kill = self.interrupt_after
-                extra = ["--bwlimit=%d" % self.interrupt_bwlimit]
-            rc, err = self._send(job_id, todo, extra, kill)
-            if rc != 0:
-                done = sum(self._partial_sizes(job_id, todo).values())
-                sent += max(0, done - have)
-                self.last = self._stats(sent, skipped, t0, resumed, len(items))
-                raise backends.TransferInterrupted("rsync of %s for %s stopped (rc %s): %s" % (
-                    ", ".join(it["name"] for it in todo), job_id, rc, err[-300:]), done_bytes=done)
-            sent += sum(it["size"] for it in todo) - have
-            dummy, after = self._remote_state(job_id, todo)
-            bad = [it for it in todo if after.get(self._dest_of(job_id, it)) != it["sha256"]]
-            if bad:
-                self.ssh("rm -f %s" % " ".join(shlex.quote(self._dest_of(job_id, it)) for it in bad))
-                raise backends.TransferInterrupted("checksum mismatch after copy of %s; removed for a clean resend" % (
-                    ", ".join(it["name"] for it in bad)), done_bytes=0)
-            shared = [it for it in todo if it.get("shared")]
-            if shared:
-                self._update_manifest(shared)
-        self.last = self._stats(sent, skipped, t0, resumed, len(items))
+        try:
+            state = session.reply()
+            remote, manifest = state["files"], parse_sha256sum(state["manifest"])
+            # the controller reads a file before sending it only where the storage host holds a copy to
+            # compare with or to resume; every other file is hashed while it streams
+            known = [it for it in items if remote.get(it["dest"])]
+            with ThreadPoolExecutor(max(1, min(4, len(known)))) as pool:
+                for it, digest in zip(known, pool.map(file_sha256, [it["path"] for it in known])):
+                    it["sha256"] = digest
+            for it in items:
+                there = remote.get(it["dest"]) or {}
+                if it.get("sha256") and there.get("sha256") == it["sha256"]:
+                    # already there and intact: a warm shared dataset, or a copy finished before an interruption
+                    skipped += it["size"]
+                    if it.get("shared") and manifest.get(it["name"]) == it["sha256"]:
+                        warm.append(it["name"])
+                    continue
+                # a partial copy as long as the input or longer is damaged, not partial: it is written anew
+                partial = there.get("partial", 0)
+                it["offset"] = partial if partial < it["size"] else 0
+                todo.append(it)
+            plan = json.dumps({"files": [{"dest": it["dest"], "offset": it["offset"], "size": it["size"],
+                                          "shared": it["name"] if it.get("shared") else None} for it in todo]})
+            session.send(b"%010d" % len(plan) + plan.encode())
+            for it in todo:
+                it["sha256"] = self._stream(session, it, rate)
+            session.close_input()
+            result = session.reply()
+            session.finish()
+        except _Stopped as exc:
+            session.abort()
+            done = sum(self._partial_sizes(job_id, todo).values()) if todo else 0
+            have = sum(it["offset"] for it in todo)
+            self.last = self._stats(max(0, done - have), skipped, t0, have > 0, len(items))
+            raise backends.TransferInterrupted("input copy of %s for %s to %s stopped: %s" % (
+                ", ".join(it["name"] for it in todo) or "the job's inputs", job_id, self.host,
+                session.why(exc)), done_bytes=done)
+        have = sum(it["offset"] for it in todo)
+        by_dest = dict((d["dest"], d) for d in result.get("done", []))
+        bad = [it for it in todo if not by_dest.get(it["dest"], {}).get("ok")
+               or by_dest[it["dest"]]["sha256"] != it["sha256"]]
+        if bad:
+            raise backends.TransferInterrupted("checksum mismatch after copy of %s; removed for a clean resend" % (
+                ", ".join(it["name"] for it in bad)), done_bytes=0)
+        self.last = self._stats(sum(it["size"] for it in todo) - have, skipped, t0, have > 0, len(items))
         self.last["warm_shared"] = warm
         return dict(self.last)
 
-    def _send(self, job_id, todo, extra, kill):
-        """One rsync for all of a job's files: a folder of links laid out as on the storage host."""
-        farm = tempfile.mkdtemp(prefix="hgpu-stage-")
-        try:
-            for it in todo:
-                link = os.path.join(farm, os.path.relpath(self._dest_of(job_id, it), self.remote_root))
-                os.makedirs(os.path.dirname(link), exist_ok=True)
-                os.symlink(os.path.abspath(it["path"]), link)
-            # links become their files; folders keep their owner, mode and times on the storage host
-            flags = ["--copy-links", "--no-perms", "--no-owner", "--no-group", "--omit-dir-times"]
-            return self._rsync([farm + "/"], "%s@%s:%s/" % (self.user, self.host, self.remote_root),
-                               flags + list(extra), kill_after=kill)
-        finally:
-            shutil.rmtree(farm, ignore_errors=True)
+    @staticmethod
+    def _stream(session, item, rate=None):
+        """Send a file from its offset, then the whole file's sha256 (64 hex digits). The bytes are hashed
+        through a read-only map of the file and go from the same pages to SSH (sendfile on Linux): the file
+        is read once. With `rate` (bytes a second) the send is held to it."""
+        h = hashlib.sha256() if not item["offset"] else None
+        step = 64 * 1024 if rate else 4 << 20
+        t0 = time.monotonic()
+        with open(item["path"], "rb") as fh:
+            size = os.fstat(fh.fileno()).st_size
+            if size < item["size"]:
+                raise _Stopped("local file %s is shorter than it was (%d of %d bytes)" % (item["path"], size, item["size"]))
+            pages = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) if item["size"] else None
+            view = memoryview(pages) if pages is not None else None
+            try:
+                offset = item["offset"]
+                while offset < item["size"]:
+                    n = min(step, item["size"] - offset)
+                    with view[offset:offset + n] as chunk:
+                        if h:
+                            h.update(chunk)
+                        if LINUX:
+                            session.sendfile(fh.fileno(), offset, n)
+                        else:
+                            session.send(chunk)
+                    offset += n
+                    if rate:
+                        ahead = (offset - item["offset"]) / float(rate) - (time.monotonic() - t0)
+                        if ahead > 0:
+                            time.sleep(ahead)
+            finally:
+                if view is not None:
+                    view.release()
+                if pages is not None:
+                    pages.close()
+        digest = h.hexdigest() if h else item["sha256"]
+        session.send(digest.encode())
+        return digest
 
     @staticmethod
     def _stats(sent, skipped, t0, resumed, files):
@@ -238,25 +487,15 @@ class RsyncStager(backends.Stager):
                 "seconds": round(secs, 4), "throughput_Bps": round(sent / secs, 1)}
 
     def _partial_sizes(self, job_id, items):
-        paths = " ".join(shlex.quote(self._dest_of(job_id, it)) for it in items)
+        """{dest: size of its partial copy} for the items that have one."""
+        paths = " ".join(shlex.quote(self._dest_of(job_id, it) + PARTIAL) for it in items)
         res = self.ssh("stat -c '%%s %%n' %s 2>/dev/null; true" % paths)
         sizes = {}
         for line in res.stdout.splitlines():
             size, dummy, name = line.partition(" ")
-            if size.isdigit():
-                sizes[name] = int(size)
+            if size.isdigit() and name.endswith(PARTIAL):
+                sizes[name[:-len(PARTIAL)]] = int(size)
         return sizes
-
-    def _update_manifest(self, shared):
-        """Record warm shared datasets (name -> sha256) on the storage host, atomically."""
-        lines = "".join("%s  %s\n" % (it["sha256"], it["name"]) for it in shared)
-        # names are checked (letters, digits, '.', '_', '-'): only '.' needs escaping in the pattern
-        pattern = "  (%s)$" % "|".join(it["name"].replace(".", "[.]") for it in shared)
-        m = self.remote("shared", "MANIFEST.sha256")
-        cmd = "%s && { %s; %s; } > %s && %s" % (
-            command("touch", m), command("grep", "-v", "-E", "-e", pattern, m), command("printf", "%s", lines),
-            command(m + ".tmp"), command("mv", m + ".tmp", m))
-        self.ssh(cmd)
 
     def warm_shared(self, name, path):
         """Put a shared dataset in cloud storage ahead of time: kept when its checksum matches, sent again
@@ -302,7 +541,7 @@ class RsyncStager(backends.Stager):
             return out
         t0 = time.monotonic()
         dest = self.cached_image_path(name)
-        rc, err = self._rsync([path], "%s@%s:%s" % (self.user, self.host, dest), ["--checksum"], resume=False)
+        rc, err = self._rsync([path], "%s@%s:%s" % (self.user, self.host, dest), ["--checksum"])
         if rc != 0:
             raise backends.TransferInterrupted("cold pull of image %s for %s failed (rc %s): %s" % (
                 name, job_id, rc, err[-300:]))
@@ -335,7 +574,7 @@ class RsyncStager(backends.Stager):
             self.fail_return_next -= 1
             port = 1      # nothing listens there: the copy fails like a refused connection
         rc, err = self._rsync(["%s@%s:%s/" % (self.user, self.host, self.output_dir_remote(job_id, attempt))],
-                              dest + "/", ["--delete"], port=port, resume=False)
+                              dest + "/", ["--delete"], port=port)
         if rc != 0:
             raise backends.ReturnFailed("return copy of %s attempt %s failed (rc %s): %s" % (job_id, attempt, rc, err[-300:]))
         if self.corrupt_next:

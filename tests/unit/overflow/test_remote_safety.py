@@ -159,20 +159,54 @@ def test_slurm_submission_gets_the_job_id_back_as_one_argument(value):
     assert words[words.index("--wrap") + 1] == "sleep 1; echo '$HOME'"
 
 
+class FakeReceiver(object):
+    """Stands in for the SSH process of the input receiver: its state line and its result come from
+    `state` and `result(plan)`; what the stager writes lands in a real file (the bytes go by sendfile)."""
+
+    def __init__(self, tmp_path, state, result):
+        self.sink = open(str(tmp_path / "receiver-stdin"), "w+b")
+        self.result = result
+        self.lines = [json.dumps(state).encode() + b"\n"]
+        self.returncode = 0
+
+    @property
+    def stdin(self):
+        return self.sink
+
+    @property
+    def stdout(self):
+        return self
+
+    def readline(self):
+        if not self.lines and self.sink.closed:
+            with open(self.sink.name, "rb") as fh:
+                data = fh.read()
+            self.lines.append(json.dumps(self.result(json.loads(data[10:10 + int(data[:10])]))).encode() + b"\n")
+        return self.lines.pop(0) if self.lines else b""
+
+    def poll(self):
+        return 0
+
+    def kill(self):
+        pass
+
+    def wait(self, timeout=None):
+        return 0
+
+
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(value=values)
 def test_stager_commands_get_a_dataset_name_back_exactly(tmp_path, datafile, value):
     digest = hashlib.sha256(b"payload").hexdigest()
     dest = "%s/shared/%s" % (ROOT, value.strip("/"))
-    copied = []
+    plans = []
 
-    def reply(cmd):
-        # after the copy, the storage host reports the right checksum for the new file
-        return "--- remote\n%s  %s\n" % (digest, dest) if copied and "sha256sum" in cmd[-1] else ""
+    def result(plan):
+        plans.append(plan)
+        return {"done": [{"dest": f["dest"], "sha256": digest, "ok": True} for f in plan["files"]]}
 
-    rec = Recorder(reply)
-    popen = rec.Popen
-    rec.Popen = lambda cmd, **kw: (copied.append(1), popen(cmd, **kw))[1]
+    rec = Recorder()
+    rec.Popen = lambda cmd, **kw: (rec.calls.append(cmd), FakeReceiver(tmp_path, {"files": {}, "manifest": ""}, result))[1]
     old = rsync_stager.subprocess
     rsync_stager.subprocess = rec
     try:
@@ -184,12 +218,13 @@ def test_stager_commands_get_a_dataset_name_back_exactly(tmp_path, datafile, val
     finally:
         rsync_stager.subprocess = old
     assert safe(value)
-    remote_cmds = [tokens(c[-1]) for c in rec.calls if c[0] == "ssh"]
-    assert dest in remote_cmds[0]                                   # checksums read for the exact path
-    manifest = remote_cmds[-1]
-    assert "%s  %s\n" % (digest, value) in manifest                 # the manifest line, one argument
-    pattern = manifest[manifest.index("-e") + 1]
-    assert re.search(pattern.replace("[.]", r"\."), "%s  %s" % ("0" * 64, value))
+    assert len(rec.calls) == 1 and rec.calls[0][0] == "ssh"
+    words = tokens(rec.calls[0][-1])                                # as the storage host's shell splits it
+    assert words[:5] == ["python3", "-I", "-S", "-c", rsync_stager.RECEIVER] and len(words) == 6
+    request = json.loads(words[5])
+    assert dest in request["paths"]                                 # checksums read for the exact path
+    assert request["manifest"] == ROOT + "/shared/MANIFEST.sha256"
+    assert plans == [{"files": [{"dest": dest, "offset": 0, "size": 7, "shared": value}]}]   # the manifest's name
 
 
 # -- host keys --------------------------------------------------------------------------------------
