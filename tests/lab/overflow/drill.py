@@ -20,6 +20,11 @@ Link faults go through a LinkProxy in front of the cloud API (127.0.0.1 -> 10.21
 `drop 1` loses the response of the submission, `down` refuses connections (the management link
 is cut before the request leaves). A lost cloud node is a stopped node agent (heartbeats stop,
 Node goes NotReady). Everything changed is restored in `finally` blocks.
+
+The backends run side by side, each in a cloud namespace and a storage folder of its own (a quota
+rejection or a cold image pull of one never reaches the other). They share the cloud nodes, so a
+lost-node scenario holds the nodes alone: it waits until the other backend's scenario ends, and
+the other waits until the node is back (NODES, a readers-writer lock).
 """
 import argparse
 import json
@@ -27,6 +32,7 @@ import os
 import shlex
 import subprocess
 import sys
+import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -103,6 +109,44 @@ def slurm_queue(classes=None):
                            known_hosts=KNOWN_HOSTS)
 
 
+class SharedNodes(object):
+    """A readers-writer lock over the cloud nodes: scenarios share them, a lost-node scenario holds them
+    alone. A waiting writer goes before new readers."""
+
+    def __init__(self):
+        self.cond = threading.Condition()
+        self.readers = 0
+        self.writer = False
+        self.waiting = 0
+
+    def hold(self, alone):
+        lock = self
+
+        class Held(object):
+            def __enter__(self):
+                with lock.cond:
+                    if alone:
+                        lock.waiting += 1
+                        lock.cond.wait_for(lambda: not lock.writer and lock.readers == 0)
+                        lock.waiting -= 1
+                        lock.writer = True
+                    else:
+                        lock.cond.wait_for(lambda: not lock.writer and lock.waiting == 0)
+                        lock.readers += 1
+
+            def __exit__(self, *exc):
+                with lock.cond:
+                    if alone:
+                        lock.writer = False
+                    else:
+                        lock.readers -= 1
+                    lock.cond.notify_all()
+        return Held()
+
+
+NODES = SharedNodes()
+
+
 def stager(onprem_root, remote_root=REMOTE_ROOT):
     """The stager to the lab's cloud-storage, host key checked."""
     return RsyncStager(STORAGE_HOST, config.path("ssh", "id_ed25519"), onprem_root, remote_root=remote_root,
@@ -141,9 +185,10 @@ class Env(object):
         self.cloud_admin = k8s.Kube(direct)       # the drill's own hands on the cloud, not through the link
         self.cloud = K8sCloudCluster(k8s.Kube({"kubeconfig": self.kubeconfig, "context": "cloud",
                                                "request_timeout": 5}, retries=1, backoff=0.1),
-                                     namespace="overflow-drill")
+                                     namespace="overflow-drill-%s" % backend)
         self.cloud.ensure_namespace()
-        self.stager = stager(os.path.join(workdir, "results"))
+        self.remote_root = "%s/%s" % (REMOTE_ROOT, backend)
+        self.stager = stager(os.path.join(workdir, "results"), self.remote_root)
         self.tracker = Tracker(os.path.join(workdir, "tracker.db"))
         if backend == "slurm":
             self.local = slurm_queue(self.classes)
@@ -239,7 +284,7 @@ class Env(object):
                           max_attempts=3)
 
     def template(self):
-        return userjobs.job_template(STORAGE_HOST, REMOTE_ROOT)
+        return userjobs.job_template(STORAGE_HOST, self.remote_root)
 
     def cloud_spec(self, job_id, cls):
         """The carried job, as the overflow pass makes it (refused jobs raise carry.CarryRefused)."""
@@ -255,6 +300,14 @@ def wait(what, probe, timeout, interval=0.5):
             return got
         time.sleep(interval)
     raise RuntimeError("timed out after %ss waiting for %s" % (timeout, what))
+
+
+def queued(env, job_id, timeout=20):
+    """The local queue's snapshot once it lists the job as pending behind the site batch."""
+    def probe():
+        snap = env.snapshot()
+        return snap if any(j.job_id == job_id and j.state in trigger.PENDING_STATES for j in snap.jobs) else None
+    return wait("job %s to be pending in the local queue" % job_id, probe, timeout, interval=0.2)
 
 
 def drive(env, dispatcher, job_id, marks, timeout=150):
@@ -297,21 +350,26 @@ def cloud_node_of(env, job_id):
 
 def run_scenario(env, cls, failure, run=1):
     """One job through the path with one injected failure. Returns the scenario record."""
+    with NODES.hold(alone=failure == "cloud_node_lost"):
+        return _run_scenario(env, cls, failure, run)
+
+
+def _run_scenario(env, cls, failure, run):
     name = "dr-%s-%s-%s-%s-%d" % (env.tag, env.backend[:2], cls.split("-")[0], failure.replace("_", "")[:12], run)
     name = name[:60]
     marks = {}
     notes = []
     path = "operator" if failure == "operator_returns_job" else "policy"
     dispatcher = env.dispatcher(path)
-    # a slower run where the drill acts while the job runs (locally too: Slurm must see it running)
-    pace = 0.5 if failure in ("cloud_node_lost", "operator_returns_job", "local_gpus_free") else 0.0
+    # a slower run where the drill acts while the job runs (locally too: Slurm must see it running); a
+    # lost node's job runs again in full on another node, so its pace only leaves time to stop the node
+    pace = {"cloud_node_lost": 0.15, "operator_returns_job": 0.5, "local_gpus_free": 0.5}.get(failure, 0.0)
     job_id = env.enqueue(name, cls, pace=pace)
     marks["started waiting"] = time.time()
     spec = env.cloud_spec(job_id, cls)
     restore = []
     try:
-        time.sleep(1.2)     # the local scheduler's cycle: the job is queued behind the site batch
-        decision = [x for x in trigger.evaluate(env.snapshot(), env.classes, path) if x["job_id"] == job_id]
+        decision = [x for x in trigger.evaluate(queued(env, job_id), env.classes, path) if x["job_id"] == job_id]
         decision = decision[0] if decision else None
         if path == "policy" and (decision is None or decision["decision"] != "move"):
             notes.append("trigger did not move it: %s" % (decision and decision["reason"]))
@@ -593,10 +651,15 @@ def reference_check(env, cls, checksum):
 def checkpoint_drill(env):
     """FAQ: a moved job stops part way; its last checkpoint comes back and resumes locally; the curve
     is compared with an uninterrupted run against a tolerance fixed here, before running."""
+    with NODES.hold(alone=False):
+        return _checkpoint_drill(env)
+
+
+def _checkpoint_drill(env):
     tolerance = {"abs_tol": 1e-9, "rel_tol": 0.0}
     # the user's job plans 120 steps and stops at 60
     job_id = env.enqueue("dr-%s-ckpt" % env.tag, "small-input", steps=120, stop_at=60)
-    time.sleep(1.2)
+    queued(env, job_id)
     d = env.dispatcher("operator")
     spec = env.cloud_spec(job_id, "small-input")
     d.dispatch(job_id, "small-input", spec=spec, inputs=env.inputs["small-input"], image=env.images["small-input"])
@@ -645,6 +708,8 @@ def render_html(report):
            "<h1>Overflow drill</h1>",
            "<p>%s &middot; verdict <b class='%s'>%s</b></p>" % (
                html_text(report["generated"]), "ok" if report["pass"] else "bad", "PASS" if report["pass"] else "FAIL"),
+           "".join("<p class='bad'>A backend stopped before its scenarios ended: %s</p>" % html_text(e)
+                   for e in report.get("errors") or []),
            "<h2>Failures injected</h2><table><tr><th>backend</th><th>class</th><th>failure</th><th>path</th>"
            "<th>target</th><th>final state</th><th>commits</th><th>verdict</th><th>what happened</th></tr>"]
     for s in report["scenarios"]:
@@ -739,9 +804,8 @@ def write_report(outdir, report):
 def control(env, path):
     """The restricted class with the queue full: the trigger keeps it, an operator move is refused."""
     job_id = env.enqueue("dr-%s-%s-restricted-%s" % (env.tag, env.backend[:2], path[:3]), "restricted")
-    time.sleep(1.2)
     try:
-        dec = [x for x in trigger.evaluate(env.snapshot(), env.classes, path) if x["job_id"] == job_id][0]
+        dec = [x for x in trigger.evaluate(queued(env, job_id), env.classes, path) if x["job_id"] == job_id][0]
         ok = dec["decision"] == "stay" and bool(dec["full"]) and "restricted" in dec["reason"]
         moved = env.tracker.job(job_id) is not None
         return {"backend": env.backend, "path": path, "job_id": job_id, "pass": ok and not moved,
@@ -764,30 +828,51 @@ def main(argv=None):
     tag = "%x" % int(time.time() * 10 % 0xFFFFFF)
     report = {"generated": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "scenarios": [], "controls": [],
               "spread": [], "checkpoint": None, "cost": None}
-    for backend in a.backend or ["slurm", "kubernetes"]:
-        env = Env(backend, os.path.join(a.out, backend), tag)
+    backends_ = a.backend or ["slurm", "kubernetes"]
+    parts = dict((b, {"scenarios": [], "controls": [], "spread": [], "checkpoint": None, "error": None})
+                 for b in backends_)
+
+    def one_backend(backend, part, checkpoint):
         try:
-            for path in ("policy", "operator"):
-                report["controls"].append(control(env, path))
-            for cls in a.classes or MOVABLE:
-                for failure in a.failure or [f for f in FAILURES if f != "none"]:
-                    if failure == "none" and not a.no_spread:
-                        continue    # the spread's runs are the baseline (the same job names)
-                    r = run_scenario(env, cls, failure)
-                    print("%-10s %-12s %-22s %-12s %s" % (backend, cls, failure, r["final_state"],
-                                                          "pass" if r["pass"] else "FAIL"), flush=True)
-                    report["scenarios"].append(r)
-                if not a.no_spread:
-                    runs, verdict = spread_runs(env, cls, a.min_runs, a.max_runs)
-                    report["scenarios"].extend(runs)
-                    report["spread"].append({"backend": backend, "job_class": cls, "runs": len(runs),
-                                             "verdict": verdict})
-            if not a.no_checkpoint and report["checkpoint"] is None:
-                report["checkpoint"] = checkpoint_drill(env)
-        finally:
-            env.close()
+            env = Env(backend, os.path.join(a.out, backend), tag)
+            try:
+                for path in ("policy", "operator"):
+                    part["controls"].append(control(env, path))
+                for cls in a.classes or MOVABLE:
+                    for failure in a.failure or [f for f in FAILURES if f != "none"]:
+                        if failure == "none" and not a.no_spread:
+                            continue    # the spread's runs are the baseline (the same job names)
+                        r = run_scenario(env, cls, failure)
+                        print("%-10s %-12s %-22s %-12s %s" % (backend, cls, failure, r["final_state"],
+                                                              "pass" if r["pass"] else "FAIL"), flush=True)
+                        part["scenarios"].append(r)
+                    if not a.no_spread:
+                        runs, verdict = spread_runs(env, cls, a.min_runs, a.max_runs)
+                        part["scenarios"].extend(runs)
+                        part["spread"].append({"backend": backend, "job_class": cls, "runs": len(runs),
+                                               "verdict": verdict})
+                if checkpoint:
+                    part["checkpoint"] = checkpoint_drill(env)
+            finally:
+                env.close()
+        except Exception as exc:  # reported with the backend named; the other backend goes on
+            part["error"] = "%s: %s: %s" % (backend, type(exc).__name__, exc)
+            print("%-10s stopped: %s" % (backend, part["error"]), flush=True)
+
+    threads = [threading.Thread(target=one_backend, args=(b, parts[b], not a.no_checkpoint and i == 0))
+               for i, b in enumerate(backends_)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for b in backends_:
+        for key in ("scenarios", "controls", "spread"):
+            report[key].extend(parts[b][key])
+        report["checkpoint"] = report["checkpoint"] or parts[b]["checkpoint"]
+    report["errors"] = [parts[b]["error"] for b in backends_ if parts[b]["error"]]
     report["cost"] = cost_section(report, CLASSES_FILE) if report["scenarios"] else None
-    report["pass"] = all(s["pass"] for s in report["scenarios"]) and all(c["pass"] for c in report["controls"]) and \
+    report["pass"] = not report["errors"] and all(s["pass"] for s in report["scenarios"]) and \
+        all(c["pass"] for c in report["controls"]) and \
         (report["checkpoint"] is None or report["checkpoint"]["pass"])
     files = write_report(a.out, report)
     print("drill %s: %s" % ("PASS" if report["pass"] else "FAIL", " ".join(files)))
