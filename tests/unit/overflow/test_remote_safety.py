@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow import backends as b
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow import dispatch_run, jobclass
-from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow import rsync_stager, slurm_backend
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow import input_stream, rsync_stager, slurm_backend
 from ansible_collections.hybridgpu.fleet.plugins.modules import overflow_dispatch
 
 # The documented rule for job IDs, input and dataset names (plugins/module_utils/overflow/remote.py).
@@ -85,6 +85,7 @@ def stager(tmp_path, **kw):
 def test_injection_in_an_input_name_is_refused_before_any_command(monkeypatch, tmp_path, datafile):
     rec = Recorder()
     monkeypatch.setattr(rsync_stager, "subprocess", rec)
+    monkeypatch.setattr(input_stream, "subprocess", rec)
     with pytest.raises(b.TransferInterrupted) as err:
         stager(tmp_path).stage_inputs("job-1", [{"name": INJECTION, "path": datafile}])
     assert rec.calls == []
@@ -95,6 +96,7 @@ def test_injection_in_a_dataset_name_is_refused_by_the_pass_before_the_queue_is_
     rec = Recorder()
     monkeypatch.setattr(slurm_backend, "subprocess", rec)
     monkeypatch.setattr(rsync_stager, "subprocess", rec)
+    monkeypatch.setattr(input_stream, "subprocess", rec)
     params = {"path": "policy", "tracker_db": str(tmp_path / "t.db"), "job_classes": "/nonexistent.yml",
               "local_queue": {"kind": "slurm", "host": "ctl", "ssh_key": "/k"}, "cloud": {}, "job_template": {},
               "storage": {"host": "st", "ssh_key": "/k", "onprem_root": str(tmp_path)},
@@ -109,6 +111,7 @@ def test_injection_in_a_dataset_name_is_refused_by_the_pass_before_the_queue_is_
 def test_unsafe_job_id_is_refused_everywhere_before_any_command(monkeypatch, tmp_path, datafile, job_id):
     rec = Recorder()
     monkeypatch.setattr(rsync_stager, "subprocess", rec)
+    monkeypatch.setattr(input_stream, "subprocess", rec)
     monkeypatch.setattr(slurm_backend, "subprocess", rec)
     st_ = stager(tmp_path)
     with pytest.raises(b.TransferInterrupted, match="job ID"):
@@ -207,8 +210,8 @@ def test_stager_commands_get_a_dataset_name_back_exactly(tmp_path, datafile, val
 
     rec = Recorder()
     rec.Popen = lambda cmd, **kw: (rec.calls.append(cmd), FakeReceiver(tmp_path, {"files": {}, "manifest": ""}, result))[1]
-    old = rsync_stager.subprocess
-    rsync_stager.subprocess = rec
+    old = rsync_stager.subprocess, input_stream.subprocess
+    rsync_stager.subprocess = input_stream.subprocess = rec
     try:
         try:
             stager(tmp_path).stage_inputs("job-1", [{"name": value, "path": datafile, "shared": True}])
@@ -216,11 +219,11 @@ def test_stager_commands_get_a_dataset_name_back_exactly(tmp_path, datafile, val
             assert not safe(value) and rec.calls == []
             return
     finally:
-        rsync_stager.subprocess = old
+        rsync_stager.subprocess, input_stream.subprocess = old
     assert safe(value)
     assert len(rec.calls) == 1 and rec.calls[0][0] == "ssh"
     words = tokens(rec.calls[0][-1])                                # as the storage host's shell splits it
-    assert words[:5] == ["python3", "-I", "-S", "-c", rsync_stager.RECEIVER] and len(words) == 6
+    assert words[:5] == ["python3", "-I", "-S", "-c", input_stream.RECEIVER] and len(words) == 6
     request = json.loads(words[5])
     assert dest in request["paths"]                                 # checksums read for the exact path
     assert request["manifest"] == ROOT + "/shared/MANIFEST.sha256"
@@ -233,6 +236,7 @@ def test_ssh_checks_host_keys_against_the_given_known_hosts(monkeypatch, tmp_pat
     rec = Recorder()
     monkeypatch.setattr(slurm_backend, "subprocess", rec)
     monkeypatch.setattr(rsync_stager, "subprocess", rec)
+    monkeypatch.setattr(input_stream, "subprocess", rec)
     st_ = dispatch_run.build_stager({"host": "st", "ssh_key": "/k", "onprem_root": str(tmp_path),
                                      "known_hosts": "/etc/ovf/known_hosts"})
     st_.ssh("true")

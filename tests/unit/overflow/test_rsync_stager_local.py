@@ -9,7 +9,7 @@ import types
 
 import pytest
 
-from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow import backends, rsync_stager
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow import backends, input_stream, rsync_stager
 
 pytestmark = pytest.mark.skipif(not shutil.which("rsync") or not shutil.which("sha256sum"),
                                 reason="needs rsync and sha256sum")
@@ -60,8 +60,8 @@ def receiver(request, monkeypatch):
     later), and without either (a controller elsewhere writes the mapped pages, an older receiver reads
     and writes)."""
     if request.param == "portable":
-        monkeypatch.setattr(rsync_stager, "LINUX", False)
-        monkeypatch.setattr(rsync_stager, "RECEIVER", "import os\ndel os.splice\n" + rsync_stager.RECEIVER)
+        monkeypatch.setattr(input_stream, "LINUX", False)
+        monkeypatch.setattr(input_stream, "RECEIVER", "import os\ndel os.splice\n" + input_stream.RECEIVER)
     return request.param
 
 
@@ -115,7 +115,7 @@ def test_outputs_come_back_into_a_fresh_folder_with_the_landed_digest(stager, tm
 
 
 def _partial(stager, job, name):
-    return stager.remote_root_path / "jobs" / job / "inputs" / (name + rsync_stager.PARTIAL)
+    return stager.remote_root_path / "jobs" / job / "inputs" / (name + input_stream.PARTIAL)
 
 
 def test_an_interrupted_copy_stays_partial_and_the_rest_is_sent(stager, tmp_path, receiver):
@@ -181,7 +181,7 @@ def test_the_manifest_keeps_other_datasets_and_an_empty_input_is_staged(stager, 
 
 
 def test_a_storage_host_without_the_receiver_is_named_in_the_error(stager, tmp_path, monkeypatch):
-    monkeypatch.setattr(rsync_stager, "RECEIVER", "import sys\nsys.stderr.write('python3: not found\\n')\nsys.exit(127)")
+    monkeypatch.setattr(input_stream, "RECEIVER", "import sys\nsys.stderr.write('python3: not found\\n')\nsys.exit(127)")
     a = _write(tmp_path / "a.bin", 1000, b"a")
     with pytest.raises(backends.TransferInterrupted) as err:
         stager.stage_inputs("job-8", [{"name": "a", "path": a}])
