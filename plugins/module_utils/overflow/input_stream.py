@@ -5,8 +5,8 @@
 streams (used by rsync_stager).
 
 The controller runs RECEIVER with the storage host's python3 through SSH (Session), reads what the host
-holds, then sends the plan and each file (send_file): hashed through a read-only map of the file, the
-same pages given to SSH with sendfile on Linux. A watchdog ends a session in which nothing moved for a
+holds, then sends the plan and each file (send_file): each piece read and hashed, then the same pages
+given to SSH with sendfile on Linux. A watchdog ends a session in which nothing moved for a
 while, or one the overflow drill interrupts on purpose.
 """
 from __future__ import annotations
@@ -14,7 +14,6 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import json
-import mmap
 import os
 import subprocess
 import sys
@@ -249,39 +248,40 @@ class Session(object):
 
 
 def send_file(session, item, rate=None):
-    """Send a file from its offset, then the whole file's sha256 (64 hex digits). The bytes are hashed
-    through a read-only map of the file and go from the same pages to SSH (sendfile on Linux): the file
-    is read once. With `rate` (bytes a second) the send is held to it."""
+    """Send a file from its offset, then the whole file's sha256 (64 hex digits). Each piece is read and
+    hashed, then the same pages go from the page cache to SSH (sendfile on Linux), so the file is read from
+    disk once. A file that shrinks while it is sent is a short read here, never a fault in a map. With
+    `rate` (bytes a second) the send is held to it."""
+    try:
+        return _send_file(session, item, rate)
+    except OSError as exc:  # the local file: gone, unreadable
+        raise Stopped("local file %s: %s" % (item["path"], exc))
+
+
+def _send_file(session, item, rate):
     h = hashlib.sha256() if not item["offset"] else None
     step = 64 * 1024 if rate else 4 << 20
+    buf = bytearray(step)
     t0 = time.monotonic()
     with open(item["path"], "rb") as fh:
-        size = os.fstat(fh.fileno()).st_size
-        if size < item["size"]:
-            raise Stopped("local file %s is shorter than it was (%d of %d bytes)" % (item["path"], size, item["size"]))
-        pages = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) if item["size"] else None
-        view = memoryview(pages) if pages is not None else None
-        try:
-            offset = item["offset"]
-            while offset < item["size"]:
-                n = min(step, item["size"] - offset)
-                with view[offset:offset + n] as chunk:
-                    if h:
-                        h.update(chunk)
-                    if LINUX:
-                        session.sendfile(fh.fileno(), offset, n)
-                    else:
-                        session.send(chunk)
-                offset += n
-                if rate:
-                    ahead = (offset - item["offset"]) / float(rate) - (time.monotonic() - t0)
-                    if ahead > 0:
-                        time.sleep(ahead)
-        finally:
-            if view is not None:
-                view.release()
-            if pages is not None:
-                pages.close()
+        offset = item["offset"]
+        fh.seek(offset)
+        while offset < item["size"]:
+            n = fh.readinto(memoryview(buf)[:min(step, item["size"] - offset)])
+            if not n:
+                raise Stopped("local file %s is shorter than it was (%d of %d bytes)" % (item["path"], offset, item["size"]))
+            with memoryview(buf)[:n] as chunk:
+                if h:
+                    h.update(chunk)
+                if LINUX:
+                    session.sendfile(fh.fileno(), offset, n)
+                else:
+                    session.send(chunk)
+            offset += n
+            if rate:
+                ahead = (offset - item["offset"]) / float(rate) - (time.monotonic() - t0)
+                if ahead > 0:
+                    time.sleep(ahead)
     digest = h.hexdigest() if h else item["sha256"]
     session.send(digest.encode())
     return digest

@@ -200,6 +200,9 @@ class RsyncStager(backends.Stager):
             raise backends.TransferInterrupted("input copy of %s for %s to %s stopped: %s" % (
                 ", ".join(it["name"] for it in todo) or "the job's inputs", job_id, self.host,
                 session.why(exc)), done_bytes=done)
+        except BaseException:
+            session.abort()     # no SSH session outlives the staging
+            raise
         have = sum(it["offset"] for it in todo)
         by_dest = dict((d["dest"], d) for d in result.get("done", []))
         bad = [it for it in todo if not by_dest.get(it["dest"], {}).get("ok")

@@ -187,3 +187,39 @@ def test_a_storage_host_without_the_receiver_is_named_in_the_error(stager, tmp_p
         stager.stage_inputs("job-8", [{"name": "a", "path": a}])
     msg = str(err.value)
     assert "storage" in msg and "rc 127" in msg and "python3: not found" in msg and "job-8" in msg
+
+
+def test_an_input_that_goes_away_while_staging_stops_the_copy_and_the_session(stager, tmp_path, monkeypatch):
+    a = _write(tmp_path / "a.bin", 1000, b"a")
+    b = _write(tmp_path / "b.bin", 1000, b"b")
+    sessions = []
+    real = input_stream.Session
+
+    def recorded(*args, **kwargs):
+        sessions.append(real(*args, **kwargs))
+        return sessions[-1]
+    monkeypatch.setattr(input_stream, "Session", recorded)
+    real_send = input_stream.send_file
+
+    def send_then_remove(session, item, rate=None):
+        if item["name"] == "a":
+            os.unlink(b)       # the next input goes away while the first one is sent
+        return real_send(session, item, rate)
+    monkeypatch.setattr(input_stream, "send_file", send_then_remove)
+    with pytest.raises(backends.TransferInterrupted, match="local file .*b.bin"):
+        stager.stage_inputs("job-9", [{"name": "a", "path": a}, {"name": "b", "path": b}])
+    assert sessions and sessions[0].proc.poll() is not None, "the SSH session was ended"
+    assert not (tmp_path / "remote/jobs/job-9/inputs/b").exists()
+
+
+def test_an_input_that_shrinks_while_staging_is_a_short_read_not_a_crash(stager, tmp_path, monkeypatch, receiver):
+    a = _write(tmp_path / "a.bin", 100_000, b"a")
+    real_send = input_stream.send_file
+
+    def shrink_then_send(session, item, rate=None):
+        os.truncate(item["path"], 10_000)
+        return real_send(session, item, rate)
+    monkeypatch.setattr(input_stream, "send_file", shrink_then_send)
+    with pytest.raises(backends.TransferInterrupted, match="shorter than it was"):
+        stager.stage_inputs("job-10", [{"name": "a", "path": a}])
+    assert not (tmp_path / "remote/jobs/job-10/inputs/a").exists()
