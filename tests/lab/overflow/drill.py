@@ -27,6 +27,7 @@ lost-node scenario holds the nodes alone: it waits until the other backend's sce
 the other waits until the node is back (NODES, a readers-writer lock).
 """
 import argparse
+import contextlib
 import json
 import os
 import shlex
@@ -119,29 +120,26 @@ class SharedNodes(object):
         self.writer = False
         self.waiting = 0
 
+    @contextlib.contextmanager
     def hold(self, alone):
-        lock = self
-
-        class Held(object):
-            def __enter__(self):
-                with lock.cond:
-                    if alone:
-                        lock.waiting += 1
-                        lock.cond.wait_for(lambda: not lock.writer and lock.readers == 0)
-                        lock.waiting -= 1
-                        lock.writer = True
-                    else:
-                        lock.cond.wait_for(lambda: not lock.writer and lock.waiting == 0)
-                        lock.readers += 1
-
-            def __exit__(self, *exc):
-                with lock.cond:
-                    if alone:
-                        lock.writer = False
-                    else:
-                        lock.readers -= 1
-                    lock.cond.notify_all()
-        return Held()
+        with self.cond:
+            if alone:
+                self.waiting += 1
+                self.cond.wait_for(lambda: not self.writer and self.readers == 0)
+                self.waiting -= 1
+                self.writer = True
+            else:
+                self.cond.wait_for(lambda: not self.writer and self.waiting == 0)
+                self.readers += 1
+        try:
+            yield
+        finally:
+            with self.cond:
+                if alone:
+                    self.writer = False
+                else:
+                    self.readers -= 1
+                self.cond.notify_all()
 
 
 NODES = SharedNodes()
