@@ -6,6 +6,7 @@
 Every Kubernetes call of the collection goes through `Kube`: it builds a client from the shared
 connection options (AUTH_KEYS), retries with backoff on 429, 5xx and transport errors, and returns
 plain dicts decoded from the response body (no model objects: cheaper, and unknown fields survive).
+Requests go by path through k8s_rest.py on the official client's configuration and pool.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import os
 import random
 import time
 
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import k8s_rest
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.parsers import kubectl_node
 
 try:
@@ -146,14 +148,10 @@ class Kube(object):
         self.max_backoff = max_backoff
         self.sleep = sleep
         self.calls = 0  # API requests sent, retries included (for benchmarks and tests)
-        self.core = k8s_client.CoreV1Api(self.api_client)
-        self.batch = k8s_client.BatchV1Api(self.api_client)
-        self.apps = k8s_client.AppsV1Api(self.api_client)
-        self.policy = k8s_client.PolicyV1Api(self.api_client)
-        self.rbac = k8s_client.RbacAuthorizationV1Api(self.api_client)
-        self.coordination = k8s_client.CoordinationV1Api(self.api_client)
-        self.version_api = k8s_client.VersionApi(self.api_client)
-        self.certificates = k8s_client.CertificatesV1Api(self.api_client)
+        # The API groups by path (k8s_rest.py), not the client's generated classes.
+        for group in k8s_rest.GROUPS:
+            setattr(self, group, k8s_rest.ApiGroup(self.api_client, group))
+        self.version_api = k8s_rest.VersionApi(self.api_client)
 
     # -- transport ---------------------------------------------------------------------
     def call(self, action, fn, *args, retry_statuses=RETRY_STATUSES, **kwargs):
