@@ -34,6 +34,7 @@ import glob
 import json
 import os
 import re
+import shutil
 import sqlite3
 import subprocess
 import sys
@@ -76,6 +77,14 @@ member = revocation.member
 setup = upgrade_lab.setup
 # The Slurm controller and the cloud storage host, made idempotently.
 overflow_lab = test_overflow.overflow_lab
+
+
+@pytest.fixture(scope="module", autouse=True)
+def fresh_site_records():
+    """Every run of this module is a new AWX site: its persistent records path starts empty, or a
+    second `make test` would find the first run's baselines, ledger entries and records there."""
+    shutil.rmtree(RECORDS, ignore_errors=True)
+    os.makedirs(RECORDS)
 
 
 @pytest.fixture(scope="module")
