@@ -7,8 +7,9 @@ validation, and how they grow from 1 to 3 owned nodes.
 For each wave size N (the first N of owned-a100-1, owned-a100-2, owned-l40s-1):
 - baseline: a plain playbook with one `ansible.builtin.command: true` task on the same
   hosts (Ansible start-up + one SSH round trip per host), measured in the same run;
-- onboard: playbooks/onboard.yml limited to those hosts (already onboarded nodes measure the
-  idempotent rerun, which is what a wave rerun costs);
+- onboard: playbooks/onboard.yml limited to those hosts, measuring the idempotent rerun (what a
+  wave rerun costs): before the rows, a lab without wave1's preflight record gets one, and the
+  three nodes are onboarded once (printed as the preparation);
 - validate: playbooks/validate.yml with the NCCL baseline (`--tags baseline`) followed by
   steps inventory, reference_job, collectives and placement (link interruption and telemetry
   are fixed waits by design and are left out).
