@@ -50,12 +50,13 @@ SUBRESOURCES = frozenset({"status", "log", "eviction", "approval", "binding", "s
 VERBS = {"read": "GET", "list": "GET", "create": "POST", "replace": "PUT", "patch": "PATCH", "delete": "DELETE"}
 # Keyword arguments of the generated methods that are query parameters under another name.
 QUERY_NAMES = {"_continue": "continue"}
-OPTIONS = frozenset({"_preload_content", "_request_timeout", "_content_type", "_headers"})
+# Options of the generated methods that are honoured (a response is always read in full).
+OPTIONS = frozenset({"_preload_content", "_request_timeout", "_content_type"})
 
 
 def operation(group, name):
-    """(HTTP method, path template parts, namespaced, takes a name, takes a body) for a generated
-    method name of the group, or None when the name is not one of the shapes above."""
+    """(HTTP method, path prefix, plural, subresource, namespaced, takes a name, takes a body) for a
+    generated method name of the group, or None when the name is not one of the shapes above."""
     prefix, kinds = GROUPS[group]
     verb, rest = name.partition("_")[::2]
     if verb not in VERBS:
@@ -78,8 +79,7 @@ def operation(group, name):
         if all_namespaces and (verb != "list" or namespaced or sub):
             return None
         named = verb != "list" and (verb != "create" or sub is not None)
-        body = verb in ("create", "replace", "patch") or verb == "delete"
-        return VERBS[verb], (prefix, namespaced, kinds[kind], sub), namespaced, named, body
+        return VERBS[verb], prefix, kinds[kind], sub, namespaced, named, verb not in ("read", "list")
     return None
 
 
@@ -153,7 +153,7 @@ class ApiGroup(object):
         op = operation(self.group, name)
         if op is None:
             raise AttributeError("the %s API group of the collection has no operation %s" % (self.group, name))
-        method, (prefix, namespaced, plural, sub), named, takes_body = op[0], op[1], op[3], op[4]
+        method, prefix, plural, sub, namespaced, named, takes_body = op
 
         def call(*args, **kwargs):
             args = list(args)
