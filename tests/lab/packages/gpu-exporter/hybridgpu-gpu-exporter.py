@@ -2,15 +2,23 @@
 """hybridgpu-gpu-exporter: the lab's stand-in for NVIDIA dcgm-exporter (stdlib only).
 
 Serves DCGM-style metrics on http://<addr>:<port>/metrics with dcgm-exporter's label set
-(gpu, UUID, device, modelName, Hostname, DCGM_FI_DRIVER_VERSION), read on every scrape
-from `nvidia-smi --query-gpu` and the Xid faults in the lab GPU spec
+(gpu, UUID, device, modelName, Hostname, DCGM_FI_DRIVER_VERSION).
+
+As dcgm-exporter does (its -c/--collect-interval, 30000 ms by default), the GPU readings come
+from one collection per interval, here `nvidia-smi --query-gpu`, and scrapes between two
+collections are answered from the last one. Only one collection runs at a time, however many
+scrapes arrive together. A change of the lab GPU spec (a hidden GPU, say) starts a new
+collection at the next scrape, so a drill never reads the GPUs of the one before. The Xid faults are read on every scrape from the lab GPU spec
 (/etc/hybridgpu-lab/gpu-spec.json, faults.xid: a list of {"gpu": i, "xid": code} or codes
-for GPU 0), so an injected Xid shows up like a real one.
+for GPU 0), so an injected Xid shows up at the next scrape, like a real one.
 """
 import argparse
 import json
+import os
 import socket
 import subprocess
+import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 FIELDS = ["index", "uuid", "name", "driver_version", "utilization.gpu", "utilization.memory",
@@ -45,6 +53,35 @@ def read_gpus(nvidia_smi):
         if len(parts) == len(FIELDS):
             gpus.append(dict(zip(FIELDS, parts)))
     return gpus
+
+
+class Collector:
+    """The last nvidia-smi reading, taken again once it is older than the interval."""
+
+    def __init__(self, nvidia_smi, interval_s, spec_path=None, clock=time.monotonic, read=read_gpus):
+        self.nvidia_smi, self.interval_s, self.spec_path = nvidia_smi, interval_s, spec_path
+        self.clock, self.read = clock, read
+        self.lock = threading.Lock()
+        self.taken = None
+        self.spec_seen = None
+        self.gpus = None
+
+    def _spec_stamp(self):
+        try:
+            st = os.stat(self.spec_path)
+        except (OSError, TypeError):
+            return None
+        return (st.st_mtime_ns, st.st_size, st.st_ino)
+
+    def get(self):
+        """The GPUs of the last collection, collecting first if it is too old or the spec changed."""
+        with self.lock:
+            stamp = self._spec_stamp()
+            if self.taken is None or self.clock() - self.taken >= self.interval_s or stamp != self.spec_seen:
+                # A failed collection is not kept: the next scrape tries again.
+                self.gpus = self.read(self.nvidia_smi)
+                self.taken, self.spec_seen = self.clock(), stamp
+            return self.gpus
 
 
 def read_xids(spec_path):
@@ -85,8 +122,11 @@ def main():
     ap.add_argument("--port", type=int, default=9400)
     ap.add_argument("--nvidia-smi", default="nvidia-smi")
     ap.add_argument("--spec", default="/etc/hybridgpu-lab/gpu-spec.json")
+    ap.add_argument("-c", "--collect-interval", type=int, default=30000,
+                    help="milliseconds between two GPU collections (dcgm-exporter's default: 30000)")
     args = ap.parse_args()
     hostname = socket.gethostname()
+    collector = Collector(args.nvidia_smi, args.collect_interval / 1000.0, args.spec)
 
     class Handler(BaseHTTPRequestHandler):
         def log_message(self, *a):
@@ -97,7 +137,7 @@ def main():
                 self.send_error(404)
                 return
             try:
-                body = render(read_gpus(args.nvidia_smi), read_xids(args.spec), hostname).encode()
+                body = render(collector.get(), read_xids(args.spec), hostname).encode()
                 code = 200
             except (OSError, subprocess.SubprocessError) as err:
                 body, code = ("# nvidia-smi failed: %s\n" % err).encode(), 500
