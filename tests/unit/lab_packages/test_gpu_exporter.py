@@ -40,7 +40,7 @@ class SlowRead:
 def test_scrapes_together_share_one_collection():
     read = SlowRead()
     collector = exporter.Collector("nvidia-smi", 30.0, read=read)
-    threads = [threading.Thread(target=collector.get) for _ in range(12)]
+    threads = [threading.Thread(target=collector.get, name="scrape-%d" % number) for number in range(12)]
     for t in threads:
         t.start()
     for t in threads:
@@ -64,13 +64,13 @@ def test_a_reading_older_than_the_interval_is_taken_again():
 def test_a_failed_collection_is_tried_again_at_the_next_scrape():
     read = SlowRead(fail=True)
     collector = exporter.Collector("nvidia-smi", 30.0, clock=lambda: 5.0, read=read)
-    for _ in range(2):
+    for attempt in range(2):
         try:
             collector.get()
         except subprocess.CalledProcessError:
             pass
         else:
-            raise AssertionError("the failure was not raised")
+            raise AssertionError("attempt %d: the failure was not raised" % attempt)
     assert read.calls == 2
 
 
