@@ -8,9 +8,10 @@ As dcgm-exporter does (its -c/--collect-interval, 30000 ms by default), the GPU 
 from one collection per interval, here `nvidia-smi --query-gpu`, and scrapes between two
 collections are answered from the last one. Only one collection runs at a time, however many
 scrapes arrive together. A change of the lab GPU spec (a hidden GPU, say) starts a new
-collection at the next scrape, so a drill never reads the GPUs of the one before. The Xid faults are read on every scrape from the lab GPU spec
-(/etc/hybridgpu-lab/gpu-spec.json, faults.xid: a list of {"gpu": i, "xid": code} or codes
-for GPU 0), so an injected Xid shows up at the next scrape, like a real one.
+collection at the next scrape, so a drill never reads the GPUs of the one before. The Xid
+faults are read on every scrape from the lab GPU spec (/etc/hybridgpu-lab/gpu-spec.json,
+faults.xid: a list of {"gpu": i, "xid": code} or codes for GPU 0), so an injected Xid shows
+up at the next scrape, like a real one.
 """
 import argparse
 import json
