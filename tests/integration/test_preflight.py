@@ -3,7 +3,7 @@
 One module-scoped run applies all faults at once on the nodes this part may change
 (owned-l40s-1, cloud-h200-2) and on the control host, runs playbooks/preflight.yml, and
 restores everything in finalizers. Other tests check malformed inputs (nothing written)
-and that a rerun with nothing changed gives the same verdict digest.
+and that a rerun with nothing changed (the faults still in place) gives the same verdict digest.
 """
 import json
 import os
@@ -27,6 +27,8 @@ CLOCK_SHIFT_S = 30
 L40S = "owned-l40s-1"
 H200 = "cloud-h200-2"
 TEST_TABLE = "hgpu_preflight_test"
+# The control host's clock as the probe sees it: CLOCK_SHIFT_S ahead.
+CLOCK_ENV = {"LD_PRELOAD": FAKETIME_LIB, "FAKETIME": "+%ds" % CLOCK_SHIFT_S, "DONT_FAKE_MONOTONIC": "1"}
 
 
 def run_preflight(records, *extra, timeout=600):
@@ -95,8 +97,7 @@ def faulted(lab, tmp_path_factory, request):
     listener.listen(16)
     request.addfinalizer(listener.close)
 
-    env = {"LD_PRELOAD": FAKETIME_LIB, "FAKETIME": "+%ds" % CLOCK_SHIFT_S, "DONT_FAKE_MONOTONIC": "1"}
-    res = run_preflight(records, json.dumps({"preflight_clock_server_environment": env}))
+    res = run_preflight(records, json.dumps({"preflight_clock_server_environment": CLOCK_ENV}))
     assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-2000:]
     return load(records)
 
@@ -184,20 +185,18 @@ def test_malformed_input_writes_nothing(lab, tmp_path, name, edit, needle):
     assert not records.exists(), "records were written despite bad input"
 
 
-def test_rerun_gives_same_verdicts(lab, tmp_path):
+def test_rerun_gives_same_verdicts(faulted, tmp_path):
+    """A second run with nothing changed (the faults still in place) gives the verdicts of the first."""
     records = str(tmp_path)
-    first = run_preflight(records, "preflight_wave=rerun")
-    assert first.returncode == 0, first.stdout[-3000:]
-    one = load(records, "rerun")
-    second = run_preflight(records, "preflight_wave=rerun")
-    assert second.returncode == 0, second.stdout[-3000:]
-    two = load(records, "rerun")
-    assert one["verdicts"] == two["verdicts"]
-    assert one["verdicts_digest"] == two["verdicts_digest"]
-    with open(os.path.join(records, "rerun", "index.html")) as handle:
+    again = run_preflight(records, json.dumps({"preflight_clock_server_environment": CLOCK_ENV}))
+    assert again.returncode == 0, again.stdout[-3000:]
+    two = load(records)
+    assert faulted["verdicts"] == two["verdicts"]
+    assert faulted["verdicts_digest"] == two["verdicts_digest"]
+    with open(os.path.join(records, "wave1", "index.html")) as handle:
         page = handle.read()
     assert "<script" not in page and "http://" not in page.replace("http://www.w3.org", "")
-    assert one["verdicts_digest"] in page
+    assert two["verdicts_digest"] in page
 
 
 def _gpu_facts(name):
