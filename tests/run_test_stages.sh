@@ -45,16 +45,12 @@ tail -n 5 build/lab-up.log
 record "lab up (in the background)" "$lab_rc" "$(( $(date +%s) - t_lab ))"
 if [ "$lab_rc" -eq 0 ]; then
   # Molecule runs beside integration: its scenarios use their own containers, not the lab's
-  # nodes, and integration alone leaves about 45% of the CPU idle while it waits on the nodes.
-  # Molecule runs at a lower priority (nice 10; its containers and `podman exec` calls inherit
-  # it), so it takes the CPU integration leaves idle instead of slowing integration down. It
-  # calls tests/run_molecule.sh, not `make molecule`, whose `lab up` would start anything it
-  # repairs (an emulator, a node) at that priority too.
-  # Its output goes to build/molecule-stage.log and is printed when it ends.
+  # nodes, and integration mostly waits on the nodes (half the CPU idle), so the two overlap
+  # well. Its output goes to build/molecule-stage.log and is printed when it ends.
   t_mol=$(date +%s)
-  echo "== molecule (beside integration, at nice 10; log build/molecule-stage.log)"
+  echo "== molecule (beside integration; log build/molecule-stage.log)"
   rm -f build/molecule-stage.end
-  ( nice -n 10 tests/run_molecule.sh >build/molecule-stage.log 2>&1; echo "$? $(date +%s)" >build/molecule-stage.end ) &
+  ( "${MAKE[@]}" molecule >build/molecule-stage.log 2>&1; echo "$? $(date +%s)" >build/molecule-stage.end ) &
   mol_pid=$!
   stage integration "${MAKE[@]}" integration
   wait "$mol_pid"
