@@ -4,6 +4,7 @@ kubelet flags it hands on (read back by the kubelet stand-in)."""
 import datetime
 import os
 import sys
+import types
 import urllib.error
 
 import pytest
@@ -89,8 +90,12 @@ def _ca_pem():
 
 def _discovery(monkeypatch, answers):
     """discover() against a scripted API: each answer is an exception to raise or the cluster-info
-    data to return; the last one repeats. Returns the list of requests made."""
+    data to return; the last one repeats. Time passes only in discover()'s sleeps, so the number
+    of tries does not depend on how busy the machine is. Returns the list of requests made."""
     monkeypatch.setattr(kubeadm, "DISCOVERY_RETRY_S", 0.01)
+    clock = [0.0]
+    monkeypatch.setattr(kubeadm, "time", types.SimpleNamespace(
+        monotonic=lambda: clock[0], sleep=lambda s: clock.__setitem__(0, clock[0] + s)))
     seen = []
 
     def request(url, ctx, *a, **kw):
@@ -123,7 +128,7 @@ def test_discovery_gives_up_at_its_timeout_and_a_wrong_ca_fails_at_once(monkeypa
     seen = _discovery(monkeypatch, [{"kubeconfig": content}])
     with pytest.raises(kubeadm.JoinError, match=r"gave up after 0.2s: there is no valid JWS signature for token abcdef"):
         kubeadm.discover(boot, timeout=0.2)
-    assert len(seen) > 2
+    assert len(seen) == 20  # at 0, 0.01, ... 0.19 s: one more sleep would pass the timeout
     signed = {"kubeconfig": content, "jws-kubeconfig-abcdef": identity.detached_jws(content, "abcdef", "0123456789abcdef")}
     seen = _discovery(monkeypatch, [signed])
     with pytest.raises(kubeadm.JoinError, match="not trusted"):
