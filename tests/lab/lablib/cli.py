@@ -7,7 +7,7 @@ import sys
 import time
 
 from . import config, extra, host, image, inventory, k8s, nodes, packages, slurm, storage, telemetry, util
-from .util import LabError, log
+from .util import LabError, log, run
 
 
 def up(args):
@@ -41,6 +41,15 @@ def up(args):
         util.write_if_changed(config.path("light-nodes"), "%d\n" % args.owned)
     nodes.write_ssh_config()
 
+    # An owned node joined again under another records folder is made afresh: the lab's records
+    # describe its earlier join (CSRs and token gone), and onboarding from them would keep that.
+    remade = []
+    for name, recorded, current in nodes.joined_elsewhere():
+        log("%s holds kubelet client certificate %s, not %s that records/manifests/%s.json names: "
+            "joined again under another records folder, so the lab makes it afresh" % (name, current, recorded, name))
+        run(["podman", "rm", "-f", "-t", "5", name])
+        remade.append(name)
+
     def start_all():
         for n in config.all_nodes():
             states[n["name"]] = nodes.ensure_node(n, ref)
@@ -68,6 +77,7 @@ def up(args):
         step("node packages", node_packages)
     if not args.no_k8s:
         step("emulators", k8s.ensure_emulators)
+        k8s.delete_nodes(remade)  # as kubeadm join requires: no Node of that name left
         stale = k8s.delete_light_nodes(keep=args.owned)
         if stale:
             log("deleted the Node objects of removed light owned nodes: " + " ".join(stale))

@@ -406,6 +406,14 @@ def delete_light_nodes(keep, cluster="onprem"):
     return gone
 
 
+def delete_nodes(names, cluster="onprem"):
+    """Delete the Node objects of the named nodes (404 counts as gone)."""
+    for name in names:
+        status, body = api(cluster, "DELETE", "/api/v1/nodes/" + name)
+        if status not in (200, 202, 404):
+            raise LabError("deleting Node %s on %s: HTTP %s %s" % (name, cluster, status, body))
+
+
 def node_token(cluster, name):
     """Create (if absent) the node's credential Secret and return its token."""
     secret = "node-%s-token" % name

@@ -6,6 +6,7 @@ hand out. The collection's own SSH connections check host keys against it (the l
 passes it as known_hosts, revoke_known_hosts and node_removal_known_hosts)."""
 import json
 import os
+import re
 import subprocess
 import time
 
@@ -169,6 +170,40 @@ def guard_member(ip, present=True):
     verb = "add" if present else "delete"
     res = run(["nft", verb, "element", "inet", config.API_GUARD_TABLE, "members", "{ %s }" % ip], check=False)
     return res.returncode == 0
+
+
+KUBELET_CLIENT_CERT = "/var/lib/kubelet/pki/kubelet-client-current.pem"
+
+
+def joined_elsewhere():
+    """Running owned nodes whose kubelet client certificate is not the one their manifest in the
+    lab's records names: joined again under another records folder (an AWX persistent path
+    removed and re-onboarded the node), so the lab's records describe a join that is gone.
+    Returns (name, serial recorded, serial on the node) for each. A node without a certificate
+    (not joined, or removed and not joined again) is left to the records as they are. The serial
+    tells joins apart here because the lab's kubelet never rotates its certificate (a real one
+    does, which is why onboarding records the serial it finds rather than judging by it)."""
+    found = []
+    for node in config.all_nodes():
+        if node["role"] != "owned":
+            continue
+        name = node["name"]
+        try:
+            with open(os.path.join(config.ROOT, "records", "manifests", name + ".json")) as fh:
+                doc = json.load(fh)
+            cert = doc["sections"]["join"]["facts"]["client_certificate"]
+            recorded = str(cert["serial"]).lower()
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # no manifest, or no join recorded in it: nothing to compare
+        info = inspect(name)
+        if info is None or not info["State"]["Running"]:
+            continue
+        res = run(["podman", "exec", name, "openssl", "x509", "-noout", "-serial", "-in",
+                   KUBELET_CLIENT_CERT], check=False, timeout=30)
+        serial = re.search(r"serial=([0-9A-Fa-f]+)", res.stdout)
+        if serial and serial.group(1).lower() != recorded:
+            found.append((name, recorded, serial.group(1).lower()))
+    return found
 
 
 def retire_records(names):

@@ -96,3 +96,39 @@ def test_image_cache_key_follows_its_inputs(tmp_path):
     (tmp_path / "a" / "f").write_text("two")
     assert hash_files([str(tmp_path / "a")]) != k1
     assert image.node_ref().startswith(config.NODE_IMAGE + ":")
+
+
+def test_an_owned_node_joined_again_elsewhere_is_found_by_its_certificate(monkeypatch, tmp_path):
+    """lab up makes afresh an owned node whose kubelet client certificate is not the one its
+    manifest in the lab's records names; nodes without a manifest, without a recorded join,
+    stopped or without a certificate are left alone."""
+    monkeypatch.setattr(config, "light_count", lambda: 0)
+    monkeypatch.setattr(config, "ROOT", str(tmp_path))
+    manifests = tmp_path / "records" / "manifests"
+    manifests.mkdir(parents=True)
+
+    def manifest(name, serial):
+        join = {"facts": {"client_certificate": {"serial": serial}}} if serial else {"facts": {}}
+        (manifests / (name + ".json")).write_text(json.dumps({"node": name, "sections": {"join": join}}))
+    manifest("owned-a100-1", "0A1B")      # the node holds another certificate
+    manifest("owned-a100-2", "0c2d")      # the same one (case apart)
+    manifest("owned-l40s-1", None)        # no join recorded
+    manifest("cloud-h200-1", "ffff")      # not an owned node
+    on_node = {"owned-a100-1": "serial=5E6F\n", "owned-a100-2": "serial=0C2D\n", "owned-l40s-1": "serial=0C2D\n"}
+    calls = []
+
+    def run(cmd, check=True, timeout=None, **_):
+        calls.append(cmd)
+        out = on_node.get(cmd[2], "")
+        return nodes.subprocess.CompletedProcess(cmd, 0 if out else 1, out, "" if out else "No such file")
+    monkeypatch.setattr(nodes, "run", run)
+    monkeypatch.setattr(nodes, "inspect", lambda name: {"State": {"Running": True}})
+    assert nodes.joined_elsewhere() == [("owned-a100-1", "0a1b", "5e6f")]
+    assert sorted(c[2] for c in calls) == ["owned-a100-1", "owned-a100-2"]
+    assert calls[0][3:] == ["openssl", "x509", "-noout", "-serial", "-in", nodes.KUBELET_CLIENT_CERT]
+    # stopped, or without a certificate: nothing to compare
+    monkeypatch.setattr(nodes, "inspect", lambda name: {"State": {"Running": name != "owned-a100-1"}})
+    assert nodes.joined_elsewhere() == []
+    monkeypatch.setattr(nodes, "inspect", lambda name: {"State": {"Running": True}})
+    on_node.pop("owned-a100-1")
+    assert nodes.joined_elsewhere() == []
