@@ -173,7 +173,9 @@ def test_blocked_drain_times_out_inside_and_uncordons(cluster, node):
     t0 = time.monotonic()
     res = Drainer(kube(cluster), node, timeout=2.0, retry_interval=0.2).drain()
     took = time.monotonic() - t0
-    assert res["failed"] and res["timed_out"] and took < 4.0
+    # ends at its own timeout (a drain that ignored it would wait for the budget for ever); the
+    # margin is for a busy machine, where each API round trip is slower
+    assert res["failed"] and res["timed_out"] and took < 10.0, (res.get("msg"), took)
     assert [b["name"] for b in res["blockers"]] == ["pinned"]
     assert "disruption budget" in res["blockers"][0]["reason"]
     assert res["uncordoned_on_failure"] and not unschedulable(cluster, node)
