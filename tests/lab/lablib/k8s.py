@@ -396,13 +396,8 @@ def delete_light_nodes(keep, cluster="onprem"):
     gone). Returns the names deleted."""
     from .nodes import is_light
     wanted = {n["name"] for n in config.light_nodes(keep)}
-    gone = []
-    for name, _ready in list_nodes(cluster):
-        if is_light(name) and name not in wanted:
-            status, body = api(cluster, "DELETE", "/api/v1/nodes/" + name)
-            if status not in (200, 202, 404):
-                raise LabError("deleting Node %s on %s: HTTP %s %s" % (name, cluster, status, body))
-            gone.append(name)
+    gone = [name for name, _ready in list_nodes(cluster) if is_light(name) and name not in wanted]
+    delete_nodes(gone, cluster)
     return gone
 
 
