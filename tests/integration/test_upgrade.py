@@ -153,8 +153,10 @@ def test_refused_record_changes_nothing(setup, case):
 
 
 def test_rehearsal_moves_535_to_550(setup):
+    # a change replaces a node's driver once (the node remembers it), so each run has its own
+    change = "CHG-UP-LAB-%d" % int(time.time())
     record = signed_record(setup["appr"], setup["tmp"], "chg-up.yml", signer="ops-lead",
-                           change_id="CHG-UP-LAB", action="driver_upgrade", targets=[NODE],
+                           change_id=change, action="driver_upgrade", targets=[NODE],
                            requester="ops-oncall")
     jobs_before = job_state()
     # A process that did not leave with the drain keeps /dev/nvidia0 open: the old module
@@ -189,10 +191,10 @@ def test_rehearsal_moves_535_to_550(setup):
     assert jobs_after["pods"][0][1:] == (OTHER, "Running") and jobs_after["active"] == 1
 
     # the record
-    path = os.path.join(setup["rec"], "upgrades", "upgrade-%s-CHG-UP-LAB.json" % NODE)
+    path = os.path.join(setup["rec"], "upgrades", "upgrade-%s-%s.json" % (NODE, change))
     rec = json.load(open(path))
     assert rec["approved_by"] == "ops-lead" and rec["executed_by"] == "ops-oncall"
-    assert rec["change_id"] == "CHG-UP-LAB"
+    assert rec["change_id"] == change
     assert rec["driver_before"]["driver_version"].startswith("535.")
     assert rec["driver_after"]["driver_version"].startswith("550.")
     assert 0 < float(rec["out_of_service_s"]) < 600
@@ -230,7 +232,7 @@ def test_rehearsal_moves_535_to_550(setup):
     finally:
         with open(log, "w") as fh:
             fh.write(text)
-    journal = ssh(NODE, "journalctl -t hybridgpu-audit --no-pager -o cat | grep CHG-UP-LAB").stdout
+    journal = ssh(NODE, "journalctl -t hybridgpu-audit --no-pager -o cat | grep " + change).stdout
     assert "driver_upgrade" in journal and "uncordon" in journal
 
 
