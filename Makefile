@@ -47,8 +47,9 @@ demo: lab-up
 	$(BIN)/ansible-playbook playbooks/smoke.yml
 	$(BIN)/python tests/lab/demo.py
 
-# Two workers by default (make test runs one, beside integration); worksteal: a worker that runs out takes half of the other's queue, so the run does
-# not end on one worker still going through a block of slow tests.
+# Two workers by default (make test runs one, beside integration); worksteal: a worker that runs
+# out takes half of the other's queue, so the run does not end on one worker still going through
+# a block of slow tests.
 UNIT_WORKERS ?= 2
 unit: venv
 	$(BIN)/pytest tests/unit -q -n $(UNIT_WORKERS) --dist worksteal
