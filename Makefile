@@ -69,7 +69,7 @@ conformance: venv
 	$(BIN)/pytest tests/conformance -q -rs -n $(CONFORMANCE_WORKERS)
 
 integration: lab-up
-	$(BIN)/pytest tests/integration -q -m "lab and not long" --durations=25
+	bash tests/run_integration_lanes.sh
 
 # What make test covers another way (README): the other half of the overflow drill pairs, the
 # command-line overflow move and safe drills, single-node AWX onboard/validate, every AWX drill.

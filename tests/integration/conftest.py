@@ -5,6 +5,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -32,17 +33,52 @@ def lab_cmd(*args, timeout=1200):
 
 @pytest.fixture(scope="session")
 def lab():
-    """The running lab. `lab up` is idempotent and fast when warm, so it always runs;
+    """The running lab. `lab up` is idempotent and fast when warm, so it runs unless
+    HGPU_LAB_READY says the caller has just run it (the integration lanes' script does);
     HGPU_LAB_UP_ARGS passes extra flags (e.g. "--no-k8s")."""
     if os.geteuid() != 0:
         pytest.fail("the lab tests need root (rootful podman)")
-    # Lanes (pytest-xdist workers) start together: one runs `lab up`, the others find it warm.
+    if os.environ.get("HGPU_LAB_READY") == "1":
+        return config
     os.makedirs(config.LAB_DIR, exist_ok=True)
     with open(config.path("up.lock"), "a+") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         res = lab_cmd(*UP)
     assert res.returncode == 0, "lab up failed:\n%s\n%s" % (res.stdout, res.stderr)
     return config
+
+
+# Files that may run while the overflow lane runs (tests/run_integration_lanes.sh): they use
+# only the owned nodes, the onprem cluster, podman, or read the estate. Every other lab file
+# shares something with overflow (the cloud nodes and their agents, Slurm, the storage host,
+# the API guard, `lab up` itself) and holds the lane lock for its whole module, as overflow does.
+BESIDE_OVERFLOW = {"test_onboard", "test_upgrade", "test_removal", "test_command_join",
+                   "test_installed_collection", "test_ee"}
+LANE_LOCK_WAIT = 2400
+
+
+@pytest.fixture(scope="module", autouse=True)
+def lane_lock(request):
+    """The lane lock for a file that must not run beside overflow (no-op for the others)."""
+    module = request.module.__name__.rpartition(".")[2]
+    if module in BESIDE_OVERFLOW:
+        yield
+        return
+    os.makedirs(config.LAB_DIR, exist_ok=True)
+    with open(config.path("lane.lock"), "a+") as fh:
+        deadline = time.monotonic() + LANE_LOCK_WAIT
+        while True:
+            try:
+                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    pytest.fail("%s waited over %d s for the lane lock %s" % (module, LANE_LOCK_WAIT, fh.name))
+                time.sleep(1)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 def ssh(name, command, timeout=30, check=True):
@@ -75,12 +111,7 @@ def podman_exec(name, *cmd, timeout=30):
 # Each test still sets up and restores what it needs; the order only keeps the run realistic.
 ORDER = ["test_nodes", "test_nft", "test_k8s", "test_lifecycle", "test_preflight",
          "test_onboard", "test_validate", "test_upgrade", "test_removal", "test_boundary_revocation",
-         "test_overflow", "test_awx_runner", "test_installed_collection", "test_ee"]
-
-# Lanes for `pytest -n N --dist loadgroup` (make integration): files that share no node run
-# beside the estate. Overflow uses the Slurm controller, the storage host and its own namespaces
-# of the cloud cluster; the EE build only needs podman. Everything else is the estate lane, in ORDER.
-LANES = {"test_overflow": "overflow", "test_ee": "ee"}
+         "test_ee", "test_overflow", "test_awx_runner", "test_installed_collection"]
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -89,5 +120,3 @@ def pytest_collection_modifyitems(session, config, items):
         name = item.fspath.purebasename
         return ORDER.index(name) if name in ORDER else len(ORDER)
     items.sort(key=rank)  # stable: keeps the order inside each file
-    for item in items:
-        item.add_marker(pytest.mark.xdist_group(LANES.get(item.fspath.purebasename, "estate")))
