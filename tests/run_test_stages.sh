@@ -2,7 +2,7 @@
 # `make test`: every stage CI runs, with the time each took.
 # The lab comes up in the background (on a fresh machine that means building its node image
 # with debootstrap, mostly waiting on the network and dpkg) while quality runs. Integration then
-# runs on the lab, and beside it, one after another: Molecule, unit and conformance.
+# runs on the lab; beside lab up and integration, one after another: unit, conformance, Molecule.
 # Every stage runs even when an earlier one failed; the exit status is 1 if any stage failed
 # or ran no test (pytest's exit status 5 counts as a failure), 0 otherwise.
 set -uo pipefail
@@ -45,37 +45,44 @@ side() {  # name command...
 t_lab=$(date +%s)
 "$ROOT/.venv/bin/python" tests/lab/lab up >build/lab-up.log 2>&1 &
 lab_pid=$!
+rm -f build/side-stages.end build/lab-up.rc
 
 stage quality "${MAKE[@]}" quality
+
+# Beside what follows, one after another and one worker each: unit and conformance, which need
+# no lab and so start now (on a fresh machine `lab up` is still building the node image), then
+# Molecule once the lab is up (its scenarios run containers of the lab's image, not the lab's
+# nodes). Integration mostly waits on the nodes (alone it left half of the CPU idle), so these
+# fill what it leaves. Molecule's script is called directly: `make molecule` would run `lab up`
+# again, and a `lab up` in the middle of integration would put back what a test has changed.
+echo "== unit, conformance, molecule (one after another beside lab up and integration; logs build/*-stage.log)"
+(
+  side unit "${MAKE[@]}" unit UNIT_WORKERS=1
+  side conformance "${MAKE[@]}" conformance CONFORMANCE_WORKERS=1
+  while [ ! -s build/lab-up.rc ]; do sleep 2; done
+  if [ "$(cat build/lab-up.rc)" -eq 0 ]; then
+    side molecule tests/run_molecule.sh
+  else
+    echo "lab up failed: Molecule needs the lab's node image" >build/molecule-stage.log
+    echo "molecule 1 0" >>build/side-stages.end
+  fi
+) &
+side_pid=$!
 
 echo "== lab up (started with quality; log build/lab-up.log)"
 wait "$lab_pid"
 lab_rc=$?
+echo "$lab_rc" >build/lab-up.rc
 tail -n 5 build/lab-up.log
 record "lab up (beside quality)" "$lab_rc" "$(( $(date +%s) - t_lab ))"
-rm -f build/side-stages.end
 if [ "$lab_rc" -eq 0 ]; then
-  # Integration is the long stage and mostly waits on the nodes (alone it left half of the CPU
-  # idle), so the other stages run one after another beside it, one worker each: Molecule (its
-  # scenarios use containers of their own, not the lab's nodes), then unit and conformance.
-  echo "== molecule, unit, conformance (one after another beside integration; logs build/*-stage.log)"
-  (
-    side molecule "${MAKE[@]}" molecule
-    side unit "${MAKE[@]}" unit UNIT_WORKERS=1
-    side conformance "${MAKE[@]}" conformance CONFORMANCE_WORKERS=1
-  ) &
-  side_pid=$!
   stage integration "${MAKE[@]}" integration
-  wait "$side_pid"
 else
   echo "lab up failed: the last 60 lines of build/lab-up.log"
   tail -n 60 build/lab-up.log
   record integration 1 0
-  record molecule 1 0
-  # The stages that need no lab still run.
-  side unit "${MAKE[@]}" unit
-  side conformance "${MAKE[@]}" conformance
 fi
+wait "$side_pid"
 while read -r name rc secs; do
   echo "== $name (log build/$name-stage.log)"
   cat "build/$name-stage.log"
