@@ -72,7 +72,8 @@ integration: lab-up
 	bash tests/run_integration_lanes.sh
 
 # What make test covers another way (README): the other half of the overflow drill pairs, the
-# command-line overflow move and safe drills, single-node AWX onboard/validate, every AWX drill.
+# command-line overflow move and safe drills, single-node AWX onboard/validate, every AWX drill,
+# the driver upgrade rehearsal through AWX.
 integration-long: lab-up
 	$(BIN)/pytest tests/integration -q -m "lab and long" --durations=10
 

@@ -422,11 +422,15 @@ def test_the_wave_workflow_hands_each_step_on(site, lab_lock):
         assert {"key": "hybridgpu.io/owned", "value": "true", "effect": "PreferNoSchedule"} in taints, taints
 
 
+@pytest.mark.long
 def test_a_signed_record_releases_the_driver_upgrade(ee, setup, tmp_path):
     """The approval workflow in front of upgrade_rehearsal.yml, launched by ops-oncall with a
     record ops-lead signed: approved, the job moves the node to 550 (its matrix row from the
     preflight record the AWX preflight job left on the persistent path). It runs after the wave
-    workflow, whose validation records and NCCL baselines it reads on the persistent path."""
+    workflow, whose validation records and NCCL baselines it reads on the persistent path.
+    make test covers it another way: the rehearsal itself in test_upgrade.py, the AWX user as
+    executor and a signed record releasing a destructive workflow in the removal and revocation
+    tests here, and this workflow's refusals of unsigned and foreign records."""
     appr = setup["appr"]
     site = make_site(ee, tmp_path / "jobs", user="ops-oncall", mounts=[str(setup["tmp"])], boundary=appr["boundary"])
     change = "CHG-AWX-UP-%d" % int(time.time())
@@ -465,7 +469,12 @@ def test_a_signed_record_releases_the_removal_and_the_wave_template_brings_the_n
     assert kube.get_node(NODE) is None
     assert ssh(NODE, "systemctl is-active kubelet", check=False).stdout.strip() != "active"
     with open(os.path.join(RECORDS, "audit", "audit.jsonl")) as fh:
-        assert change in fh.read(), "the audit log must be on the persistent path"
+        events = [json.loads(line) for line in fh if line.strip()]
+    mine = [e for e in events if e["change_id"] == change]
+    assert mine, "the audit log must be on the persistent path"
+    # every step names the AWX user who launched the job as its executor, the signer as approver
+    assert {(e["executor"], e["approver"]) for e in mine} == {("ops-lead", "sec-owner")}, mine
+    assert [e["action"] for e in mine][-1] == "remove" and mine[-1]["target"] == NODE, mine
 
     back = site.launch_job("hybridgpu wave", limit=NODE)
     assert back.status == "successful", out(back)
