@@ -48,6 +48,21 @@ def lab():
     return config
 
 
+def wait_for_lock(fh, seconds, message, poll=1):
+    """Take an exclusive flock on the open file ``fh``, waiting up to ``seconds``; fail the test
+    with ``message`` after that."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                fh.close()
+                pytest.fail(message)
+            time.sleep(poll)
+
+
 # Files that may run while the overflow lane runs (tests/run_integration_lanes.sh): they use
 # only the owned nodes, the onprem cluster, podman, or read the estate. Every other lab file
 # shares something with overflow (the cloud nodes and their agents, Slurm, the storage host,
@@ -66,15 +81,8 @@ def lane_lock(request):
         return
     os.makedirs(config.LAB_DIR, exist_ok=True)
     with open(config.path("lane.lock"), "a+") as fh:
-        deadline = time.monotonic() + LANE_LOCK_WAIT
-        while True:
-            try:
-                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() > deadline:
-                    pytest.fail("%s waited over %d s for the lane lock %s" % (module, LANE_LOCK_WAIT, fh.name))
-                time.sleep(1)
+        wait_for_lock(fh, LANE_LOCK_WAIT,
+                      "%s waited over %d s for the lane lock %s" % (module, LANE_LOCK_WAIT, fh.name))
         try:
             yield
         finally:

@@ -7,11 +7,10 @@ import os
 import re
 import subprocess
 import sys
-import time
 
 import pytest
 
-from conftest import ROOT, ssh
+from conftest import ROOT, ssh, wait_for_lock
 
 sys.path.insert(0, os.path.join(ROOT, "tests", "unit", "lifecycle"))
 import lifecycle_support as ls  # noqa: E402
@@ -28,16 +27,7 @@ LOCK_PATH = os.environ.get("HGPU_LAB_TEST_LOCK", "/run/lock/hybridgpu-lab-tests.
 def lab_lock(lab):
     """Exclusive lock for a destructive lab test module (waits up to 30 minutes)."""
     fh = open(LOCK_PATH, "a+")
-    deadline = time.monotonic() + 1800
-    while True:
-        try:
-            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            break
-        except BlockingIOError:
-            if time.monotonic() > deadline:
-                fh.close()
-                pytest.fail("another destructive lab test holds %s for over 30 minutes" % LOCK_PATH)
-            time.sleep(2)
+    wait_for_lock(fh, 1800, "another destructive lab test holds %s for over 30 minutes" % LOCK_PATH, poll=2)
     fh.seek(0)
     fh.truncate()
     fh.write("%d %s\n" % (os.getpid(), " ".join(sys.argv[-2:])))
