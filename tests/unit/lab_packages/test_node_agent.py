@@ -390,3 +390,46 @@ def test_agent_reports_image_ids_and_node_images(fake_api, tmp_path):
     bad["metadata"]["deletionTimestamp"] = "2030-01-01T00:00:30Z"
     assert _until(ag, lambda: "unknown-digest" not in fake_api.pods)
     assert _until(ag, lambda: "uid-unknown-digest" not in ag.pods)
+
+
+def test_one_kept_connection_carries_the_requests_and_a_closed_one_is_reopened():
+    """As a kubelet, the agent keeps its connection to an HTTP/1.1 server (one TLS handshake, not
+    one per poll); when the server drops the idle connection, the next request opens a new one
+    and still gets its answer."""
+    accepted = []
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args):
+            pass
+
+        def do_GET(self):
+            data = json.dumps({"kind": "NodeList", "items": []}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+    class Server(ThreadingHTTPServer):
+        def get_request(self):
+            sock, addr = super().get_request()
+            accepted.append(sock)
+            return sock, addr
+
+    server = Server(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        api = agent.Api({"server": "http://127.0.0.1:%d" % server.server_address[1]}, timeout=2.0)
+        for _ in range(5):
+            assert api.request("GET", "/api/v1/nodes") == (200, {"kind": "NodeList", "items": []})
+        assert len(accepted) == 1
+        import socket
+        accepted[0].shutdown(socket.SHUT_RDWR)  # the server ends the idle connection
+        time.sleep(0.1)
+        assert api.request("GET", "/api/v1/nodes")[0] == 200
+        assert len(accepted) == 2
+    finally:
+        server.shutdown()
+        server.server_close()

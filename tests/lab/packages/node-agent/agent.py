@@ -30,6 +30,7 @@ as without the file.
 Logs go to stdout (journald under systemd).
 """
 import base64
+import http.client
 import json
 import os
 import platform
@@ -39,9 +40,7 @@ import ssl
 import subprocess
 import sys
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 
 CONFIG_PATH = "/etc/hybridgpu/node-agent/config.json"
 DEFAULTS = {
@@ -194,11 +193,32 @@ class Api:
             self.ssl = ctx
         else:
             self.ssl = None
+        self.conn, self.conn_server, self.conn_used = None, None, False
+
+    def _connection(self):
+        """The kept connection to the server, opened on first use (as a kubelet, one
+        connection carries every request instead of a TLS handshake per request)."""
+        if self.conn is not None and self.conn_server != self.server:
+            self.close()
+        if self.conn is None:
+            url = urllib.parse.urlsplit(self.server)
+            if url.scheme == "https":
+                self.conn = http.client.HTTPSConnection(url.hostname, url.port or 443,
+                                                        timeout=self.timeout, context=self.ssl)
+            else:
+                self.conn = http.client.HTTPConnection(url.hostname, url.port or 80, timeout=self.timeout)
+            self.conn_server, self.conn_used = self.server, False
+        return self.conn
+
+    def close(self):
+        if self.conn is not None:
+            self.conn.close()
+        self.conn = None
 
     def request(self, method, path, body=None, content_type="application/json", query=None):
-        url = self.server + path
+        target = urllib.parse.urlsplit(self.server).path.rstrip("/") + path
         if query:
-            url += "?" + urllib.parse.urlencode(query)
+            target += "?" + urllib.parse.urlencode(query)
         data = None
         headers = {"Accept": "application/json", "User-Agent": "hybridgpu-node-agent/0.1.0"}
         if self.token:
@@ -206,14 +226,26 @@ class Api:
         if body is not None:
             data = body.encode() if isinstance(body, str) else json.dumps(body).encode()
             headers["Content-Type"] = content_type
-        req = urllib.request.Request(url, data=data, headers=headers, method=method)
-        try:
-            with urllib.request.urlopen(req, timeout=self.timeout, context=self.ssl) as resp:
-                return resp.status, _decode(resp.read())
-        except urllib.error.HTTPError as err:
-            return err.code, _decode(err.read())
-        except (urllib.error.URLError, OSError, ssl.SSLError) as err:
-            raise ApiUnreachable(str(err))
+        for attempt in (1, 2):
+            conn = self._connection()
+            reused = self.conn_used
+            try:
+                conn.request(method, target, body=data, headers=headers)
+                resp = conn.getresponse()
+                raw = resp.read()
+            except (http.client.HTTPException, OSError, ssl.SSLError) as err:
+                self.close()
+                # a kept connection the server closed while idle fails before any answer:
+                # the request never reached it, so it goes once more on a new connection
+                stale = isinstance(err, (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError))
+                if attempt == 1 and reused and stale:
+                    continue
+                raise ApiUnreachable(str(err) or type(err).__name__)
+            self.conn_used = True
+            if resp.will_close:
+                self.close()
+            return resp.status, _decode(raw)
+        raise ApiUnreachable("no answer")
 
 
 def _decode(raw):
