@@ -512,8 +512,10 @@ def test_overflow_move_moves_a_slurm_job(site, overflow_lab):
 def test_overflow_safe_drills_run_and_report_on_the_persistent_path(site, overflow_lab):
     """Two safe drills chosen in the survey, with the inventory's test namespace and class: real cloud
     Jobs on the node agents, real rsync to the storage host; the unsafe drills are not chosen, so the
-    estate's drill script does not run. The report lands on the persistent records path. (Every safe
-    drill runs through the same playbook from the command line in test_overflow.py.)"""
+    estate's drill script does not run. The report lands on the persistent records path. (make test
+    runs every safe drill on the protocol and three through this playbook in the unit tests, against
+    the in-process emulator; all of them on the lab in make integration-long, here and from the
+    command line.)"""
     from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow import drills
     chosen = ["lost_submission_response", next(n for n in drills.SAFE_NAMES if n.startswith("link_cut_"))]
     before = set(glob.glob(os.path.join(RECORDS, "overflow", "drill-*")))
