@@ -2,6 +2,7 @@
 import base64
 import json
 import os
+import socket
 import threading
 import time
 import urllib.parse
@@ -422,10 +423,9 @@ def test_one_kept_connection_carries_the_requests_and_a_closed_one_is_reopened()
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         api = agent.Api({"server": "http://127.0.0.1:%d" % server.server_address[1]}, timeout=2.0)
-        for _ in range(5):
+        for _poll in range(5):
             assert api.request("GET", "/api/v1/nodes") == (200, {"kind": "NodeList", "items": []})
         assert len(accepted) == 1
-        import socket
         accepted[0].shutdown(socket.SHUT_RDWR)  # the server ends the idle connection
         time.sleep(0.1)
         assert api.request("GET", "/api/v1/nodes")[0] == 200
