@@ -81,6 +81,14 @@ def up(args):
         stale = k8s.delete_light_nodes(keep=args.owned)
         if stale:
             log("deleted the Node objects of removed light owned nodes: " + " ".join(stale))
+        # Working namespaces stay (made on demand and reused). Pods or Jobs an earlier run left
+        # in them are named, not deleted: lab up also runs beside the overflow lane's tests,
+        # whose Jobs it cannot tell from leftovers.
+        left = [x for x in k8s.working_namespaces() if x[2] or x[3]]
+        for cluster, name, pods, jobs in left:
+            log("%s: namespace %s holds %d unfinished pods and %d unfinished jobs from an earlier or running "
+                "job; kept. If nothing runs there: kubectl --kubeconfig %s --context %s delete namespace %s"
+                % (cluster, name, pods, jobs, config.path("k8s", "kubeconfig"), cluster, name))
         if not args.no_packages:
             def join():
                 cloud = [n for n in config.NODES if n["role"] == "cloud"]

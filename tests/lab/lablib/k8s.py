@@ -401,6 +401,39 @@ def delete_light_nodes(keep, cluster="onprem"):
     return gone
 
 
+SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
+
+
+def _list(cluster, path):
+    status, body = api(cluster, "GET", path)
+    if status != 200:
+        raise LabError("listing %s on %s: HTTP %s %s" % (path, cluster, status, body))
+    return body.get("items", [])
+
+
+def _job_finished(job):
+    return any(c.get("type") in ("Complete", "Failed") and c.get("status") == "True"
+               for c in (job.get("status") or {}).get("conditions") or [])
+
+
+def working_namespaces():
+    """The namespaces the lab does not declare (the collection's and the tests' working
+    namespaces, made on demand and reused) with what is left running in them:
+    [(cluster, namespace, pods not finished, jobs not finished)]."""
+    out = []
+    for cluster in config.CLUSTERS:
+        for item in _list(cluster, "/api/v1/namespaces"):
+            name = item["metadata"]["name"]
+            if name in SYSTEM_NAMESPACES:
+                continue
+            pods, jobs = (_list(cluster, path % name) for path in
+                          ("/api/v1/namespaces/%s/pods", "/apis/batch/v1/namespaces/%s/jobs"))
+            out.append((cluster, name,
+                        sum(1 for p in pods if (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")),
+                        sum(1 for j in jobs if not _job_finished(j))))
+    return out
+
+
 def delete_nodes(names, cluster="onprem"):
     """Delete the Node objects of the named nodes (404 counts as gone)."""
     for name in names:

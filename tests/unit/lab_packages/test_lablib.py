@@ -9,7 +9,7 @@ LAB = os.path.join(os.path.dirname(__file__), "..", "..", "lab")
 if LAB not in sys.path:
     sys.path.insert(0, LAB)
 
-from lablib import config, host, image, inventory, nodes, packages  # noqa: E402
+from lablib import config, host, image, inventory, k8s, nodes, packages  # noqa: E402
 from lablib.util import hash_files  # noqa: E402
 
 
@@ -132,3 +132,22 @@ def test_an_owned_node_joined_again_elsewhere_is_found_by_its_certificate(monkey
     monkeypatch.setattr(nodes, "inspect", lambda name: {"State": {"Running": True}})
     on_node.pop("owned-a100-1")
     assert nodes.joined_elsewhere() == []
+
+
+def test_working_namespaces_count_only_what_still_runs(monkeypatch):
+    """lab up names a namespace an earlier run left Pods or Jobs running in; finished ones, empty
+    working namespaces and the system namespaces are not named."""
+    done = {"conditions": [{"type": "Complete", "status": "True"}]}
+    lists = {
+        ("onprem", "/api/v1/namespaces"): [{"metadata": {"name": n}} for n in
+                                           ("default", "kube-system", "kube-public", "kube-node-lease", "hgpu-validate")],
+        ("cloud", "/api/v1/namespaces"): [{"metadata": {"name": "overflow"}}],
+        ("onprem", "/api/v1/namespaces/hgpu-validate/pods"): [{"status": {"phase": "Succeeded"}}],
+        ("onprem", "/apis/batch/v1/namespaces/hgpu-validate/jobs"): [{"status": done}],
+        ("cloud", "/api/v1/namespaces/overflow/pods"): [{"status": {"phase": "Running"}}, {"status": {"phase": "Failed"}},
+                                                        {"status": {"phase": "Pending"}}],
+        ("cloud", "/apis/batch/v1/namespaces/overflow/jobs"): [{"status": done}, {"status": {"active": 1}},
+                                                               {"status": {"conditions": [{"type": "Failed", "status": "False"}]}}],
+    }
+    monkeypatch.setattr(k8s, "api", lambda cluster, method, path: (200, {"items": lists[(cluster, path)]}))
+    assert k8s.working_namespaces() == [("onprem", "hgpu-validate", 0, 0), ("cloud", "overflow", 2, 2)]
