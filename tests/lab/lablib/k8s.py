@@ -377,12 +377,16 @@ def node_ready(cluster, name):
     return False
 
 
-def list_nodes(cluster):
-    status, body = api(cluster, "GET", "/api/v1/nodes")
+def _list(cluster, path):
+    status, body = api(cluster, "GET", path)
     if status != 200:
-        raise LabError("listing nodes on %s: HTTP %s %s" % (cluster, status, body))
+        raise LabError("listing %s on %s: HTTP %s %s" % (path, cluster, status, body))
+    return body.get("items", [])
+
+
+def list_nodes(cluster):
     out = []
-    for item in body.get("items", []):
+    for item in _list(cluster, "/api/v1/nodes"):
         ready = "Unknown"
         for cond in item.get("status", {}).get("conditions", []):
             if cond.get("type") == "Ready":
@@ -402,13 +406,6 @@ def delete_light_nodes(keep, cluster="onprem"):
 
 
 SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
-
-
-def _list(cluster, path):
-    status, body = api(cluster, "GET", path)
-    if status != 200:
-        raise LabError("listing %s on %s: HTTP %s %s" % (path, cluster, status, body))
-    return body.get("items", [])
 
 
 def _job_finished(job):

@@ -235,8 +235,10 @@ class Api:
                 raw = resp.read()
             except (http.client.HTTPException, OSError, ssl.SSLError) as err:
                 self.close()
-                # a kept connection the server closed while idle fails before any answer:
-                # the request never reached it, so it goes once more on a new connection
+                # a kept connection the server closed while idle fails before any answer; it
+                # goes once more on a new connection (every request the agent sends may be
+                # repeated: status patches, a lease PUT under its resourceVersion, a create
+                # answered 409 when it exists)
                 stale = isinstance(err, (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError))
                 if attempt == 1 and reused and stale:
                     continue
