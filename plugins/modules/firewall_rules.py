@@ -11,7 +11,8 @@ short_description: Derive a node's host or provider firewall rules from the path
 version_added: "0.1.0"
 description:
   - Reads the preflight path table and, for owned nodes, the access boundary, and returns
-    the firewall rules for one node. Read-only; runs on the control host.
+    the firewall rules for one node. Read-only; the action plugin of the same name runs it on
+    the control host, in the playbook's own process.
   - C(side=owned) returns C(host_firewall) variables, SSH allowed from the narrowest
     sources of the management paths into the node, every other allowed path into the node
     with its narrowest source, and the egress allowlist of the boundary's data-placement
@@ -103,46 +104,12 @@ provider_rules:
   elements: dict
 """
 
-from ansible.module_utils.basic import AnsibleModule
-
-from ansible_collections.hybridgpu.fleet.plugins.module_utils.common.boundary import load_boundary
-from ansible_collections.hybridgpu.fleet.plugins.module_utils.onboard import host_rules
-from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import path_map
-from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import schema
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.onboard import firewall_rules_task
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.common.controller_task import run_module
 
 
 def main():
-    module = AnsibleModule(
-        argument_spec=dict(
-            node=dict(type="str", required=True),
-            side=dict(type="str", default="owned", choices=["owned", "cloud"]),
-            path_table=dict(type="path", required=True),
-            boundary=dict(type="path"),
-            ssh_port=dict(type="int", default=22),
-            extra_inbound=dict(type="list", elements="dict", default=[]),
-            extra_provider_rules=dict(type="list", elements="dict", default=[]),
-            enforce_egress=dict(type="bool", default=True),
-            site_arrival=dict(type="list", elements="str", default=[]),
-            site_group=dict(type="str", default="owned"),
-        ),
-        supports_check_mode=True,
-    )
-    p = module.params
-    try:
-        table = path_map.load_path_table(p["path_table"])
-        if p["node"] not in table.doc["hosts"]:
-            module.fail_json(msg="Node %s is not listed in the path table %s (hosts)" % (p["node"], p["path_table"]))
-        if p["side"] == "cloud":
-            rules = host_rules.provider_rules(table, p["node"], p["site_arrival"], p["site_group"],
-                                              p["extra_provider_rules"])
-            module.exit_json(changed=False, provider_rules=rules)
-        boundary = load_boundary(p["boundary"]) if p["boundary"] else None
-        res = host_rules.host_rules(table, boundary, p["node"], p["ssh_port"], p["extra_inbound"], p["enforce_egress"])
-    except schema.SchemaError as err:
-        module.fail_json(msg="Firewall rules for node %s: invalid input: %s" % (p["node"], err))
-    except host_rules.RulesError as err:
-        module.fail_json(msg="Firewall rules: %s" % err)
-    module.exit_json(changed=False, **res)
+    run_module(firewall_rules_task.ARGUMENT_SPEC, firewall_rules_task.execute)
 
 
 if __name__ == "__main__":

@@ -13,7 +13,8 @@ description:
   - Validates each declared agent (name, package or binary, systemd unit, user, privileges,
     capabilities, outbound endpoints, listening ports) and refuses any agent that the
     access boundary does not list, or whose outbound endpoints go beyond what the boundary
-    grants it. Read-only; run it before any change.
+    grants it. Read-only; run it before any change. The action plugin of the same name runs it on
+    the control host, in the playbook's own process.
   - Returns the normalized agents, each with the text of its least-privilege systemd
     drop-in (dedicated user, C(NoNewPrivileges), C(ProtectSystem=strict), only the listed
     capabilities in C(CapabilityBoundingSet)).
@@ -58,27 +59,12 @@ agents:
   elements: dict
 """
 
-from ansible.module_utils.basic import AnsibleModule
-
-from ansible_collections.hybridgpu.fleet.plugins.module_utils.onboard.agents import AgentError, check as check_agents
-from ansible_collections.hybridgpu.fleet.plugins.module_utils.common.boundary import load_boundary
-from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import schema
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.onboard import agents_task
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.common.controller_task import run_module
 
 
 def main():
-    module = AnsibleModule(
-        argument_spec=dict(agents=dict(type="list", elements="dict", required=True),
-                           boundary=dict(type="path", required=True)),
-        supports_check_mode=True,
-    )
-    try:
-        boundary = load_boundary(module.params["boundary"])
-        agents = check_agents(module.params["agents"], boundary.allowed_agents())
-    except schema.SchemaError as err:
-        module.fail_json(msg="Access boundary %s is invalid: %s" % (module.params["boundary"], err))
-    except AgentError as err:
-        module.fail_json(msg="Refusing agents (boundary %s): %s" % (module.params["boundary"], err))
-    module.exit_json(changed=False, agents=agents)
+    run_module(agents_task.ARGUMENT_SPEC, agents_task.execute)
 
 
 if __name__ == "__main__":
