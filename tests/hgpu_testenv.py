@@ -35,6 +35,22 @@ def run_module(name, args, check_mode=False, diff=False, env=None):
     return json.loads(proc.stdout)
 
 
+def play_tasks(folder, tasks):
+    """Run the tasks on localhost with ansible-playbook, where the interpreter for modules does
+    not exist: only action plugins that run in the playbook's process can succeed. Returns each
+    task's result by task name (the json callback)."""
+    path = os.path.join(str(folder), "play.yml")
+    with open(path, "w") as fh:
+        json.dump([{"name": "Controller actions", "hosts": "localhost", "gather_facts": False, "tasks": tasks}], fh)
+    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"), ANSIBLE_STDOUT_CALLBACK="json",
+               ANSIBLE_NOCOLOR="1")
+    proc = subprocess.run([os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i", "localhost,",
+                           "-c", "local", "-e", "ansible_python_interpreter=/nonexistent/python", path],
+                          capture_output=True, text=True, env=env, timeout=120, check=False, cwd=ROOT)
+    out = json.loads(proc.stdout)
+    return {t["task"]["name"]: t["hosts"]["localhost"] for t in out["plays"][0]["tasks"]}
+
+
 def module_on_doubles(name, fixed_args, bin_dir, state_dir):
     """run(args, check_mode=False, diff=False) for module `name` with `fixed_args` under every
     call, the command doubles in `bin_dir` first on PATH and STATE_DIR set for them; and

@@ -167,23 +167,25 @@ def site_token(kube, token):
     return secret, data
 
 
-def main():
-    spec = dict(
-        state=dict(type="str", default="present", choices=["present", "absent"]),
-        node=dict(type="str"),
-        token=dict(type="str", no_log=True),
-        token_id=dict(type="str"),
-        ttl=dict(type="int", default=1800),
-        groups=dict(type="list", elements="str", default=["system:bootstrappers:hybridgpu"]),
-        ca_file=dict(type="path"),
-        endpoint=dict(type="str"),
-        labels=dict(type="dict", default={}),
-        taints=dict(type="list", elements="dict", default=[]),
-        kubelet_extra_args=dict(type="dict", default={}),
-    )
-    module = K8sModule(argument_spec=spec, supports_check_mode=True,
-                       required_if=[("state", "present", ["node", "ca_file", "endpoint"]),
-                                    ("state", "absent", ["token_id"])])
+ARGUMENT_SPEC = dict(
+    state=dict(type="str", default="present", choices=["present", "absent"]),
+    node=dict(type="str"),
+    token=dict(type="str", no_log=True),
+    token_id=dict(type="str"),
+    ttl=dict(type="int", default=1800),
+    groups=dict(type="list", elements="str", default=["system:bootstrappers:hybridgpu"]),
+    ca_file=dict(type="path"),
+    endpoint=dict(type="str"),
+    labels=dict(type="dict", default={}),
+    taints=dict(type="list", elements="dict", default=[]),
+    kubelet_extra_args=dict(type="dict", default={}),
+)
+SPEC_OPTIONS = dict(required_if=[("state", "present", ["node", "ca_file", "endpoint"]),
+                                 ("state", "absent", ["token_id"])])
+
+
+def run(module):
+    """The module's work (module: K8sModule, or K8sTask in the action plugin)."""
     p = module.params
     if p["state"] == "absent":
         name = join.secret_name(p["token_id"])
@@ -223,6 +225,10 @@ def main():
     result.update(token=token, expiration=data.get("expiration", ""), join_configuration=cfg,
                   secret=dict(namespace="kube-system", name=meta.get("name"), uid=meta.get("uid", "")))
     module.exit_json(**result)
+
+
+def main():
+    run(K8sModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True, **SPEC_OPTIONS))
 
 
 if __name__ == "__main__":

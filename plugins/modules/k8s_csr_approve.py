@@ -98,15 +98,17 @@ def wait_issued(kube, names, deadline):
     return left
 
 
-def main():
-    spec = dict(
-        node=dict(type="str", required=True),
-        token_id=dict(type="str", required=True),
-        groups=dict(type="list", elements="str", default=["system:bootstrappers"]),
-        max_expiration_seconds=dict(type="int", default=0),
-        timeout=dict(type="int", default=120),
-    )
-    module = K8sModule(argument_spec=spec, supports_check_mode=True)
+ARGUMENT_SPEC = dict(
+    node=dict(type="str", required=True),
+    token_id=dict(type="str", required=True),
+    groups=dict(type="list", elements="str", default=["system:bootstrappers"]),
+    max_expiration_seconds=dict(type="int", default=0),
+    timeout=dict(type="int", default=120),
+)
+
+
+def run(module):
+    """The module's work (module: K8sModule, or K8sTask in the action plugin)."""
     p = module.params
     deadline = time.time() + p["timeout"]
     approved, done = [], []
@@ -144,6 +146,10 @@ def main():
         module.fail_api(err, "Approving the join CSR of node %s:" % p["node"], "CertificateSigningRequest",
                         approved=approved)
     module.exit_json(changed=bool(approved), approved=approved, csrs=names)
+
+
+def main():
+    run(K8sModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True))
 
 
 if __name__ == "__main__":

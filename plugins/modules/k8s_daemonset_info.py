@@ -91,9 +91,11 @@ def summary(ds):
             "available": int(status.get("numberAvailable") or 0)}
 
 
-def main():
-    module = K8sModule(argument_spec=dict(namespace=dict(type="str"), label_selector=dict(type="str")),
-                       supports_check_mode=True)
+ARGUMENT_SPEC = dict(namespace=dict(type="str"), label_selector=dict(type="str"))
+
+
+def run(module):
+    """The module's work (module: K8sModule, or K8sTask in the action plugin)."""
     try:
         items = module.client().list_daemonsets(namespace=module.params["namespace"],
                                                 label_selector=module.params["label_selector"])
@@ -101,6 +103,10 @@ def main():
         module.fail_api(err, "Cannot list", "DaemonSets")
     result = sorted((summary(d) for d in items), key=lambda d: (d["namespace"] or "", d["name"] or ""))
     module.exit_json(changed=False, daemonsets=result)
+
+
+def main():
+    run(K8sModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True))
 
 
 if __name__ == "__main__":

@@ -144,18 +144,20 @@ from ansible_collections.hybridgpu.fleet.plugins.module_utils.common.k8s import 
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.common.k8s_module import K8sModule
 
 
-def main():
-    spec = dict(
-        name=dict(type="str", required=True),
-        state=dict(type="str", choices=["drained", "cordoned", "uncordoned"], default="drained"),
-        timeout=dict(type="float", default=300.0),
-        retry_interval=dict(type="float", default=2.0),
-        parallel=dict(type="int", default=8),
-        allow_unmanaged=dict(type="bool", default=False),
-        force_delete=dict(type="bool", default=False),
-        force_after=dict(type="float", default=30.0),
-    )
-    module = K8sModule(argument_spec=spec, supports_check_mode=True)
+ARGUMENT_SPEC = dict(
+    name=dict(type="str", required=True),
+    state=dict(type="str", choices=["drained", "cordoned", "uncordoned"], default="drained"),
+    timeout=dict(type="float", default=300.0),
+    retry_interval=dict(type="float", default=2.0),
+    parallel=dict(type="int", default=8),
+    allow_unmanaged=dict(type="bool", default=False),
+    force_delete=dict(type="bool", default=False),
+    force_after=dict(type="float", default=30.0),
+)
+
+
+def run(module):
+    """The module's work (module: K8sModule, or K8sTask in the action plugin)."""
     p = module.params
     params = dict(p)
     # No single request may run past the drain's own deadline.
@@ -176,6 +178,10 @@ def main():
     if result.pop("failed"):
         module.fail_json(**result)
     module.exit_json(**result)
+
+
+def main():
+    run(K8sModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True))
 
 
 if __name__ == "__main__":

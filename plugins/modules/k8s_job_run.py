@@ -353,29 +353,31 @@ def run_many(module):
     module.exit_json(changed=changed, results=results)
 
 
-def main():
-    spec = dict(
-        name=dict(type="str"),
-        jobs=dict(type="list", elements="dict"),
-        namespace=dict(type="str", default="default"),
-        state=dict(type="str", choices=["run", "attach", "absent"], default="run"),
-        image=dict(type="str"),
-        command=dict(type="list", elements="str"),
-        args=dict(type="list", elements="str"),
-        env=dict(type="raw"),
-        node_name=dict(type="str"),
-        node_selector=dict(type="dict"),
-        tolerations=dict(type="list", elements="dict"),
-        gpus=dict(type="int", default=0),
-        labels=dict(type="dict"),
-        wait=dict(type="str", choices=["finished", "scheduled", "none"], default="finished"),
-        wait_timeout=dict(type="float", default=120.0),
-        cleanup=dict(type="bool", default=False),
-        fail_on_error=dict(type="bool", default=True),
-        replace=dict(type="bool", default=False),
-    )
-    module = K8sModule(argument_spec=spec, supports_check_mode=True,
-                       required_one_of=[("name", "jobs")], mutually_exclusive=[("name", "jobs")])
+ARGUMENT_SPEC = dict(
+    name=dict(type="str"),
+    jobs=dict(type="list", elements="dict"),
+    namespace=dict(type="str", default="default"),
+    state=dict(type="str", choices=["run", "attach", "absent"], default="run"),
+    image=dict(type="str"),
+    command=dict(type="list", elements="str"),
+    args=dict(type="list", elements="str"),
+    env=dict(type="raw"),
+    node_name=dict(type="str"),
+    node_selector=dict(type="dict"),
+    tolerations=dict(type="list", elements="dict"),
+    gpus=dict(type="int", default=0),
+    labels=dict(type="dict"),
+    wait=dict(type="str", choices=["finished", "scheduled", "none"], default="finished"),
+    wait_timeout=dict(type="float", default=120.0),
+    cleanup=dict(type="bool", default=False),
+    fail_on_error=dict(type="bool", default=True),
+    replace=dict(type="bool", default=False),
+)
+SPEC_OPTIONS = dict(required_one_of=[("name", "jobs")], mutually_exclusive=[("name", "jobs")])
+
+
+def run(module):
+    """The module's work (module: K8sModule, or K8sTask in the action plugin)."""
     p = module.params
     if p["jobs"] is not None:
         if p["state"] != "run":
@@ -408,6 +410,10 @@ def main():
         if why:
             module.fail_json(msg=why, **result)
     module.exit_json(**result)
+
+
+def main():
+    run(K8sModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True, **SPEC_OPTIONS))
 
 
 if __name__ == "__main__":

@@ -92,10 +92,12 @@ ITEM = dict(context=dict(type="str"),
             namespace=dict(type="str"), name=dict(type="str", required=True))
 
 
-def main():
-    module = K8sModule(argument_spec=dict(member=dict(type="str", required=True),
-                                          items=dict(type="list", elements="dict", required=True, options=ITEM)),
-                       supports_check_mode=True)
+ARGUMENT_SPEC = dict(member=dict(type="str", required=True),
+                     items=dict(type="list", elements="dict", required=True, options=ITEM))
+
+
+def run(module):
+    """The module's work (module: K8sModule, or K8sTask in the action plugin)."""
     p = module.params
     other = [i for i in p["items"] if i.get("context") and p.get("context") and i["context"] != p["context"]]
     if other:
@@ -108,6 +110,10 @@ def main():
     except member_access.AccessError as err:
         module.fail_json(msg="%s: %s" % (module.where("revoke the access of", name=p["member"]), err))
     module.exit_json(changed=bool(result["revoked"]), **result)
+
+
+def main():
+    run(K8sModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True))
 
 
 if __name__ == "__main__":

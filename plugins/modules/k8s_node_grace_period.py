@@ -78,9 +78,11 @@ from ansible_collections.hybridgpu.fleet.plugins.module_utils.common.k8s_module 
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.validate import grace
 
 
-def main():
-    module = K8sModule(argument_spec=dict(window=dict(type="int", default=60), margin=dict(type="int", default=20)),
-                       supports_check_mode=True)
+ARGUMENT_SPEC = dict(window=dict(type="int", default=60), margin=dict(type="int", default=20))
+
+
+def run(module):
+    """The module's work (module: K8sModule, or K8sTask in the action plugin)."""
     window, margin = module.params["window"], module.params["margin"]
     if window < 1 or margin < 0:
         module.fail_json(msg="window must be at least 1 and margin at least 0 (got window=%s, margin=%s)" % (window, margin))
@@ -96,6 +98,10 @@ def main():
         module.fail_json(msg="Cannot read the node grace period: %s" % exc)
     module.exit_json(changed=False, grace_period_s=seconds, source=source, server_version=version,
                      window=grace.link_window(window, seconds, margin))
+
+
+def main():
+    run(K8sModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True))
 
 
 if __name__ == "__main__":

@@ -160,9 +160,11 @@ from ansible_collections.hybridgpu.fleet.plugins.module_utils.common.k8s import 
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.common.k8s_module import K8sModule
 
 
-def main():
-    module = K8sModule(argument_spec=dict(name=dict(type="str"), label_selector=dict(type="str")),
-                       supports_check_mode=True)
+ARGUMENT_SPEC = dict(name=dict(type="str"), label_selector=dict(type="str"))
+
+
+def run(module):
+    """List the Nodes (module: K8sModule, or K8sTask in the action plugin)."""
     try:
         kube = module.client()
         field = "metadata.name=%s" % module.params["name"] if module.params["name"] else None
@@ -174,6 +176,10 @@ def main():
         module.fail_api(err, "Cannot list", "Nodes")
     result = sorted((node_summary(n) for n in nodes), key=lambda n: n["name"] or "")
     module.exit_json(changed=False, nodes=result, server_version=version)
+
+
+def main():
+    run(K8sModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True))
 
 
 if __name__ == "__main__":

@@ -118,14 +118,16 @@ from ansible_collections.hybridgpu.fleet.plugins.module_utils.common.k8s import 
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.common.k8s_module import K8sModule
 
 
-def main():
-    spec = dict(
-        name=dict(type="str", required=True),
-        labels=dict(type="dict", default={}),
-        taints=dict(type="list", elements="dict", default=[]),
-        managed_prefixes=dict(type="list", elements="str", default=list(placement.DEFAULT_PREFIXES)),
-    )
-    module = K8sModule(argument_spec=spec, supports_check_mode=True)
+ARGUMENT_SPEC = dict(
+    name=dict(type="str", required=True),
+    labels=dict(type="dict", default={}),
+    taints=dict(type="list", elements="dict", default=[]),
+    managed_prefixes=dict(type="list", elements="str", default=list(placement.DEFAULT_PREFIXES)),
+)
+
+
+def run(module):
+    """Set the Node's placement (module: K8sModule, or K8sTask in the action plugin)."""
     p = module.params
     name = p["name"]
     # Validate before talking to the API: bad input never causes a partial change.
@@ -150,6 +152,10 @@ def main():
         result["diff"] = dict(before=d["before"], after=d["after"], before_header="Node %s" % name,
                               after_header="Node %s" % name)
     module.exit_json(**result)
+
+
+def main():
+    run(K8sModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True))
 
 
 if __name__ == "__main__":

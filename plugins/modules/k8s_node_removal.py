@@ -113,27 +113,26 @@ from ansible_collections.hybridgpu.fleet.plugins.module_utils.common.k8s_module 
 OBJECT_LISTS = {"secret_revoked": "secrets", "bootstrap_token_deleted": "bootstrap_tokens", "csr_deleted": "csrs"}
 
 
-def main():
-    spec = dict(
-        state=dict(type="str", required=True,
-                   choices=["node_deleted", "secret_revoked", "token_refused", "placement_removed",
-                            "csr_deleted", "bootstrap_token_deleted"]),
-        name=dict(type="str", required=True),
-        namespace=dict(type="str", default="kube-system"),
-        token_file=dict(type="path"),
-        server=dict(type="str"),
-        server_ca=dict(type="path"),
-        labels=dict(type="list", elements="str", default=[]),
-        taints=dict(type="list", elements="dict", default=[]),
-        removal_state=dict(type="path"),
-        node=dict(type="str"),
-    )
-    module = K8sModule(
-        argument_spec=spec,
-        required_if=[("state", "secret_revoked", ("token_file",)),
-                     ("state", "token_refused", ("token_file", "server"))],
-        supports_check_mode=True,
-    )
+ARGUMENT_SPEC = dict(
+    state=dict(type="str", required=True,
+               choices=["node_deleted", "secret_revoked", "token_refused", "placement_removed",
+                        "csr_deleted", "bootstrap_token_deleted"]),
+    name=dict(type="str", required=True),
+    namespace=dict(type="str", default="kube-system"),
+    token_file=dict(type="path"),
+    server=dict(type="str"),
+    server_ca=dict(type="path"),
+    labels=dict(type="list", elements="str", default=[]),
+    taints=dict(type="list", elements="dict", default=[]),
+    removal_state=dict(type="path"),
+    node=dict(type="str"),
+)
+SPEC_OPTIONS = dict(required_if=[("state", "secret_revoked", ("token_file",)),
+                                 ("state", "token_refused", ("token_file", "server"))])
+
+
+def run(module):
+    """Reach the removal state (module: K8sModule, or K8sTask in the action plugin)."""
     p = module.params
     check = module.check_mode
     try:
@@ -173,6 +172,10 @@ def main():
     except (K8sError, rm.RemovalError, OSError) as err:
         module.fail_api(err, p["state"], "Node", p["name"])
     module.exit_json(changed=changed, detail=detail)
+
+
+def main():
+    run(K8sModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True, **SPEC_OPTIONS))
 
 
 if __name__ == "__main__":

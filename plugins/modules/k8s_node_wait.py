@@ -91,12 +91,14 @@ def _transition(node):
     return None
 
 
-def main():
-    spec = dict(name=dict(type="str", required=True),
-                ready=dict(type="list", elements="str", default=["True"]),
-                timeout=dict(type="float", default=60.0), poll=dict(type="float", default=0.5),
-                fail_on_timeout=dict(type="bool", default=False))
-    module = K8sModule(argument_spec=spec, supports_check_mode=True)
+ARGUMENT_SPEC = dict(name=dict(type="str", required=True),
+                     ready=dict(type="list", elements="str", default=["True"]),
+                     timeout=dict(type="float", default=60.0), poll=dict(type="float", default=0.5),
+                     fail_on_timeout=dict(type="bool", default=False))
+
+
+def run(module):
+    """Wait for the Node's Ready status (module: K8sModule, or K8sTask in the action plugin)."""
     p = module.params
     start = time.time()
     status, node = None, None
@@ -120,6 +122,10 @@ def main():
         module.fail_json(msg="Node %s did not reach Ready in %s within %ss (last: %s)"
                          % (p["name"], p["ready"], p["timeout"], status), **result)
     module.exit_json(**result)
+
+
+def main():
+    run(K8sModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True))
 
 
 if __name__ == "__main__":

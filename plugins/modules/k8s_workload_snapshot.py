@@ -65,10 +65,12 @@ from ansible_collections.hybridgpu.fleet.plugins.module_utils.common.k8s import 
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.common.k8s_module import K8sModule
 
 
-def main():
-    spec = dict(namespace=dict(type="str"), before=dict(type="dict"),
-                exclude_nodes=dict(type="list", elements="str", default=[]))
-    module = K8sModule(argument_spec=spec, supports_check_mode=True)
+ARGUMENT_SPEC = dict(namespace=dict(type="str"), before=dict(type="dict"),
+                     exclude_nodes=dict(type="list", elements="str", default=[]))
+
+
+def run(module):
+    """The module's work (module: K8sModule, or K8sTask in the action plugin)."""
     try:
         kube = module.client()
         snap = workloads.snapshot(kube, module.params["namespace"])
@@ -78,6 +80,10 @@ def main():
     if module.params["before"] is not None:
         result["comparison"] = workloads.compare(module.params["before"], snap, module.params["exclude_nodes"])
     module.exit_json(**result)
+
+
+def main():
+    run(K8sModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True))
 
 
 if __name__ == "__main__":

@@ -1,8 +1,9 @@
 # -*- coding: utf-8 -*-
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Action plugins for modules whose work happens on the control host: the module's ``execute``
-runs in the playbook's process, with the module's own argument spec and the task's check and
-diff modes, instead of a module process per task (module_utils/common/controller_task.py).
+"""Action plugins for modules whose work happens on the control host: the module's work runs in
+the playbook's process, with the module's own argument spec and the task's check and diff modes,
+instead of a module process per task (module_utils/common/controller_task.py for records and
+input checks, module_utils/common/k8s_module.py for the Kubernetes modules).
 
 The task needs no connection: with or without ``delegate_to: localhost`` the work reads and
 writes the control host's files.
@@ -11,9 +12,11 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.common.controller_task import TaskFailure
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.common.k8s_module import K8sTask, TaskEnd, with_auth
 
 
 class ControllerAction(ActionBase):
@@ -36,3 +39,27 @@ class ControllerAction(ActionBase):
             result.update(err.extra)
             result.update(failed=True, msg=str(err))
         return result
+
+
+class K8sAction(ActionBase):
+    """Set ``module`` to the Kubernetes module (its file), with ARGUMENT_SPEC, optional SPEC_OPTIONS
+    and run(module). Its run() gets a K8sTask with the parameters checked here against its spec and
+    the shared connection options. Loading this plugin imports the client library, and the playbook
+    loads it before it forks the task's workers, so no task imports it again."""
+
+    TRANSFERS_FILES = False
+    _requires_connection = False
+    _supports_check_mode = True
+    module = None
+
+    def run(self, tmp=None, task_vars=None):
+        result = super(K8sAction, self).run(tmp, task_vars)
+        del tmp
+        _checked, params = self.validate_argument_spec(
+            argument_spec=with_auth(self.module.ARGUMENT_SPEC), **getattr(self.module, "SPEC_OPTIONS", {}))
+        try:
+            self.module.run(K8sTask(params, check_mode=bool(self._task.check_mode), diff=bool(self._task.diff)))
+        except TaskEnd as end:
+            result.update(end.result)
+            return result
+        raise AnsibleActionFail("%s ended without a result" % self._task.action)

@@ -17,7 +17,7 @@ import yaml
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import k8s
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.common.k8s_module import K8S_AUTH_ARG_SPEC, describe
 
-from hgpu_testenv import REPO
+from hgpu_testenv import REPO, play_tasks
 
 RUNTIME = yaml.safe_load(open(os.path.join(REPO, "meta", "runtime.yml")))
 
@@ -25,7 +25,7 @@ RUNTIME = yaml.safe_load(open(os.path.join(REPO, "meta", "runtime.yml")))
 def _modules_on_the_base():
     found = []
     for path in glob.glob(os.path.join(REPO, "plugins", "modules", "*.py")):
-        if re.search(r"^\s+module = K8sModule\(", open(path).read(), re.M):
+        if re.search(r"\bK8sModule\(", open(path).read()):
             found.append(os.path.basename(path)[:-3])
     return sorted(found)
 
@@ -124,3 +124,38 @@ def test_missing_kubeconfig_is_named(tmp_path):
     assert out["msg"].startswith("Cannot list Nodes (current context): load kubeconfig failed")
     assert missing in out["msg"]
     assert out["http_status"] is None
+
+
+def test_each_kubernetes_module_runs_in_the_playbook_process():
+    """Every k8s_ module has the action plugin that runs its run() in the playbook's process
+    (plugin_utils/controller.py), so the client library is imported once per playbook run."""
+    for name in [m for m in _modules_on_the_base() if m.startswith("k8s_")]:
+        text = open(os.path.join(REPO, "plugins", "action", name + ".py")).read()
+        assert "K8sAction" in text and "module = %s" % name in text, name
+
+
+def test_in_process_module_fails_and_answers_as_the_module_process_does(server, tmp_path):
+    host = "http://127.0.0.1:%d" % server.server_address[1]
+    node = {"metadata": {"name": "a", "labels": {}}, "spec": {},
+            "status": {"conditions": [{"type": "Ready", "status": "True"}], "capacity": {"nvidia.com/gpu": "8"},
+                       "allocatable": {"nvidia.com/gpu": "8"}, "nodeInfo": {"kubeletVersion": "v1.30.4"}}}
+    forbidden = (403, {"kind": "Status", "status": "Failure", "reason": "Forbidden",
+                       "message": "nodes \"a\" is forbidden", "code": 403})
+    answers = [forbidden, (200, {"kind": "NodeList", "items": [node]}), (200, {"gitVersion": "v1.30.4"})]
+    server.replies = list(answers)
+    tasks = [{"name": "wait", "hybridgpu.fleet.k8s_node_wait": {"name": "a", "host": host, "api_key": "s3cr3t-token",
+                                                                "context": "onprem"}, "ignore_errors": True},
+             {"name": "info", "hybridgpu.fleet.k8s_node_info": {"name": "a", "host": host, "api_key": "s3cr3t-token"}},
+             {"name": "bad", "hybridgpu.fleet.k8s_node_removal": {"state": "secret_revoked", "name": "a", "host": host},
+              "ignore_errors": True}]
+    got = play_tasks(tmp_path, tasks)
+    server.replies = list(answers)
+    for task in tasks[:2]:
+        name = next(k for k in task if k.startswith("hybridgpu."))
+        module = run(name.split(".")[-1], task[name])
+        assert {k: v for k, v in got[task["name"]].items() if k in module} == \
+            {k: v for k, v in module.items() if k != "invocation"}, task["name"]
+    assert got["wait"]["msg"].startswith("Cannot read Node a (context onprem): get node a failed: HTTP 403 ")
+    assert got["wait"]["http_status"] == 403 and "s3cr3t-token" not in json.dumps(got)
+    assert got["info"]["nodes"][0]["gpu_capacity"] == 8 and got["info"]["server_version"] == "v1.30.4"
+    assert got["bad"]["failed"] and "token_file" in got["bad"]["msg"]

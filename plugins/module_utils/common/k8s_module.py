@@ -11,6 +11,11 @@
   (``client()``), so input checks that need no API still run and fail first;
 - fails every API error in one format (``fail_api()``): what the module was doing, the object
   (kind, namespace/name), the context, then the call that failed with its HTTP status.
+
+A module that keeps its work in ``run(module)`` (with ARGUMENT_SPEC and SPEC_OPTIONS beside it)
+also runs inside the collection's action plugin of the same name, in the playbook's process, with
+a `K8sTask` as its module object: the client library is then imported once per playbook run
+instead of once per task.
 """
 
 from __future__ import (absolute_import, division, print_function)
@@ -51,14 +56,9 @@ def describe(kind=None, name=None, namespace=None):
     return " ".join(part for part in (kind, ref) if part)
 
 
-class K8sModule(AnsibleModule):
-    """AnsibleModule with the shared connection options, one client import check and one
-    error format for API failures."""
-
-    def __init__(self, argument_spec=None, **kwargs):
-        spec = dict(K8S_AUTH_ARG_SPEC)
-        spec.update(argument_spec or {})
-        super().__init__(argument_spec=spec, **kwargs)
+class K8sCalls(object):
+    """What a Kubernetes module's run() uses besides its parameters: the client, the head of its
+    messages and the one format of API failures. Shared by K8sModule and K8sTask."""
 
     def client(self, params=None, **kwargs):
         """A Kube built from this module's connection options (or from ``params``); fails the
@@ -79,3 +79,44 @@ class K8sModule(AnsibleModule):
         if isinstance(err, K8sError):
             result.setdefault("http_status", err.status)
         self.fail_json(msg="%s: %s" % (self.where(doing, kind, name, namespace), err), **result)
+
+
+class K8sModule(K8sCalls, AnsibleModule):
+    """AnsibleModule with the shared connection options, one client import check and one
+    error format for API failures."""
+
+    def __init__(self, argument_spec=None, **kwargs):
+        super().__init__(argument_spec=with_auth(argument_spec), **kwargs)
+
+
+def with_auth(argument_spec):
+    """The module's argument spec with the shared connection options."""
+    spec = dict(K8S_AUTH_ARG_SPEC)
+    spec.update(argument_spec or {})
+    return spec
+
+
+class TaskEnd(Exception):
+    """Ends a run() inside an action plugin with the task's result (K8sTask)."""
+
+    def __init__(self, result):
+        super(TaskEnd, self).__init__(result.get("msg", "done"))
+        self.result = result
+
+
+class K8sTask(K8sCalls):
+    """The module object a Kubernetes module's run() gets inside the collection's action plugin
+    (plugin_utils/controller.py), in the playbook's process: parameters the plugin has checked,
+    and exit_json and fail_json that end run() with TaskEnd instead of ending the process."""
+
+    def __init__(self, params, check_mode=False, diff=False):
+        self.params = params
+        self.check_mode = check_mode
+        self._diff = diff
+
+    def exit_json(self, **result):
+        raise TaskEnd(result)
+
+    def fail_json(self, msg, **result):
+        result.update(failed=True, msg=msg)
+        raise TaskEnd(result)

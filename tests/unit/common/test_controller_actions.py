@@ -4,10 +4,8 @@ process, so they work where the control host's interpreter for modules does not 
 they give what the module gives, with the task's check and diff modes and argument checks."""
 import json
 import os
-import subprocess
-import sys
 
-from hgpu_testenv import ROOT, run_module
+from hgpu_testenv import ROOT, play_tasks as play, run_module
 
 PRE = os.path.join(ROOT, "inventories", "example", "preflight")
 BASELINE = {"recorded_at": "2026-01-01T00:00:00Z", "active_units": [], "packages": {}, "users": [],
@@ -15,21 +13,6 @@ BASELINE = {"recorded_at": "2026-01-01T00:00:00Z", "active_units": [], "packages
 AGENT = {"name": "dcgm-exporter", "package": "datacenter-gpu-manager-exporter",
          "systemd_unit": "nvidia-dcgm-exporter.service", "user": "nvidia-dcgm-exporter",
          "privileges": ["reads GPU metrics"], "capabilities": [], "outbound": [], "listen": [9400]}
-
-
-def play(tmp_path, tasks):
-    """Run the tasks on localhost whose module interpreter does not exist; each task's result
-    by name (the json callback)."""
-    (tmp_path / "play.yml").write_text(json.dumps([{"name": "Controller actions", "hosts": "localhost",
-                                                     "gather_facts": False, "tasks": tasks}]))
-    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"), ANSIBLE_STDOUT_CALLBACK="json",
-               ANSIBLE_NOCOLOR="1")
-    proc = subprocess.run([os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i", "localhost,",
-                           "-c", "local", "-e", "ansible_python_interpreter=/nonexistent/python",
-                           str(tmp_path / "play.yml")], capture_output=True, text=True, env=env, timeout=120,
-                          check=False, cwd=ROOT)
-    out = json.loads(proc.stdout)
-    return {t["task"]["name"]: t["hosts"]["localhost"] for t in out["plays"][0]["tasks"]}
 
 
 def task(name, module, args, **keys):
