@@ -19,6 +19,9 @@ description:
     answer the payload.
   - ICMP sends echo requests with C(ping) (parsed by the collection's ping parser) and is
     V(open) when a reply comes back.
+  - Probes run at once (up to 16), so blocked ports cost one O(timeout), not one each; the UDP
+    and ICMP probes to one address run one after another, as their verdicts depend on ICMP
+    that the address rate-limits.
   - Results are keyed by probe id in the shape M(hybridgpu.fleet.path_table) takes as C(results).
 extends_documentation_fragment:
   - hybridgpu.fleet.attributes

@@ -173,9 +173,11 @@ def icmp_probe(address, run, count=2, timeout=1, clock=time.monotonic):
 def run_net_probes(probes, run=None, timeout=2.0, icmp_count=2, connect=None, make_socket=None, workers=16):
     """Run every probe; returns {id: result} in the probes' order.
 
-    Probes to different addresses run at once (up to ``workers`` addresses), so a blocked port
-    costs its timeout once rather than once per probe; the probes to one address run one after
-    another, so that host's ICMP rate limit sees them paced as a single prober would."""
+    Probes run at once (up to ``workers``), so blocked ports cost one timeout rather than one
+    each. The exception is what depends on ICMP from one address: its UDP probes (a closed port
+    answers with ICMP port unreachable) and its echo probes run one after another, so that
+    host's ICMP rate limit sees them paced as a single prober would. TCP answers with a reset or
+    nothing, so its probes need no pacing."""
     probes = validate_net_probes(probes)
 
     def one(probe):
@@ -189,18 +191,23 @@ def run_net_probes(probes, run=None, timeout=2.0, icmp_count=2, connect=None, ma
         res.update(protocol=probe["protocol"], address=probe["address"], port=probe["port"])
         return res
 
-    def one_address(group):
+    def in_turn(group):
         return [(probe["id"], one(probe)) for probe in group]
 
-    by_address = {}
+    groups, paced = [], {}
     for probe in probes:
-        by_address.setdefault(probe["address"], []).append(probe)
-    groups = list(by_address.values())
+        if probe["protocol"] == "tcp":
+            groups.append([probe])
+        else:
+            if probe["address"] not in paced:
+                paced[probe["address"]] = []
+                groups.append(paced[probe["address"]])
+            paced[probe["address"]].append(probe)
     if len(groups) <= 1 or workers <= 1:
-        done = dict(pair for group in groups for pair in one_address(group))
+        done = dict(pair for group in groups for pair in in_turn(group))
     else:
         with concurrent.futures.ThreadPoolExecutor(max_workers=min(workers, len(groups))) as pool:
-            done = dict(pair for pairs in pool.map(one_address, groups) for pair in pairs)
+            done = dict(pair for pairs in pool.map(in_turn, groups) for pair in pairs)
     return dict((probe["id"], done[probe["id"]]) for probe in probes)
 
 

@@ -197,18 +197,16 @@ def test_net_probe_input_errors(probe, msg):
     assert msg in str(err.value)
 
 
-def test_probes_to_different_addresses_run_at_once_and_to_one_address_one_after_another():
+def test_tcp_probes_run_at_once_even_to_one_address():
     lock = threading.Lock()
     active = {}
-    peak = {"all": 0}
-    overlap_same_address = []
+    peak = {"all": 0, "one_address": 0}
 
     def slow_refused(addr, timeout):
         with lock:
-            if active.get(addr[0]):
-                overlap_same_address.append(addr)
             active[addr[0]] = active.get(addr[0], 0) + 1
             peak["all"] = max(peak["all"], sum(active.values()))
+            peak["one_address"] = max(peak["one_address"], active[addr[0]])
         time.sleep(0.3)
         with lock:
             active[addr[0]] -= 1
@@ -217,10 +215,56 @@ def test_probes_to_different_addresses_run_at_once_and_to_one_address_one_after_
     probes = [{"id": "p%d-%d" % (a, port), "protocol": "tcp", "address": "10.0.0.%d" % a, "port": port}
               for port in (22, 80) for a in (1, 2, 3, 4)]
     start = time.monotonic()
-    out = network.run_net_probes(probes, connect=slow_refused, timeout=1)
+    out = network.run_net_probes(probes, connect=slow_refused, timeout=1, workers=6)
     took = time.monotonic() - start
     assert list(out) == [p["id"] for p in probes]
     assert all(r["observed"] == "closed" for r in out.values()), out
-    assert overlap_same_address == []
-    # four at a time: the peak shows it; the time only has to beat one probe after another
-    assert peak["all"] == 4 and took < 8 * 0.3, (peak, took)
+    # six at a time, two of them to one address; the time only has to beat one probe after another
+    assert peak["all"] == 6 and peak["one_address"] == 2 and took < 8 * 0.3, (peak, took)
+
+
+def test_icmp_and_udp_probes_to_one_address_run_one_after_another():
+    lock = threading.Lock()
+    active, overlap, peak = {}, [], {"all": 0}
+
+    def enter(address):
+        with lock:
+            if active.get(address):
+                overlap.append(address)
+            active[address] = active.get(address, 0) + 1
+            peak["all"] = max(peak["all"], sum(active.values()))
+
+    def leave(address):
+        time.sleep(0.2)
+        with lock:
+            active[address] -= 1
+
+    def ping_run(argv):
+        enter(argv[-1])
+        leave(argv[-1])
+        return 0, "2 packets transmitted, 2 received, 0% packet loss, time 1ms\n" \
+                  "rtt min/avg/max/mdev = 0.1/0.1/0.1/0.0 ms", ""
+
+    class Refused(object):
+        def settimeout(self, timeout):
+            pass
+
+        def connect(self, addr):
+            self.address = addr[0]
+            enter(self.address)
+
+        def send(self, data):
+            leave(self.address)
+            raise ConnectionRefusedError(111, "refused")
+
+        def close(self):
+            pass
+
+    probes = []
+    for a in (1, 2):
+        probes += [{"id": "i%d" % a, "protocol": "icmp", "address": "10.0.0.%d" % a},
+                   {"id": "u%d-1" % a, "protocol": "udp", "address": "10.0.0.%d" % a, "port": 53},
+                   {"id": "u%d-2" % a, "protocol": "udp", "address": "10.0.0.%d" % a, "port": 123}]
+    out = network.run_net_probes(probes, run=ping_run, make_socket=Refused, timeout=1)
+    assert out["i1"]["observed"] == "open" and out["u2-1"]["observed"] == "closed"
+    assert overlap == [] and peak["all"] == 2, (overlap, peak)
