@@ -109,7 +109,7 @@ from ansible_collections.hybridgpu.fleet.plugins.module_utils.common.controller_
 
 
 def main():
-    run_module(firewall_rules_task.ARGUMENT_SPEC, firewall_rules_task.execute)
+    run_module(firewall_rules_task.ARGUMENT_SPEC, firewall_rules_task.execute, supports_check_mode=True)
 
 
 if __name__ == "__main__":

@@ -64,7 +64,7 @@ from ansible_collections.hybridgpu.fleet.plugins.module_utils.common.controller_
 
 
 def main():
-    run_module(agents_task.ARGUMENT_SPEC, agents_task.execute)
+    run_module(agents_task.ARGUMENT_SPEC, agents_task.execute, supports_check_mode=True)
 
 
 if __name__ == "__main__":

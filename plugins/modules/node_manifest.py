@@ -177,7 +177,8 @@ from ansible_collections.hybridgpu.fleet.plugins.module_utils.common.controller_
 
 
 def main():
-    run_module(manifest_task.ARGUMENT_SPEC, manifest_task.execute, **manifest_task.SPEC_OPTIONS)
+    run_module(manifest_task.ARGUMENT_SPEC, manifest_task.execute, supports_check_mode=True,
+               **manifest_task.SPEC_OPTIONS)
 
 
 if __name__ == "__main__":

@@ -23,10 +23,11 @@ class TaskFailure(Exception):
 
 
 def run_module(argument_spec, execute, **spec_options):
-    """Run ``execute`` as an Ansible module: parameters from AnsibleModule, result or failure out."""
+    """Run ``execute`` as an Ansible module: parameters from AnsibleModule (``spec_options``: its
+    other arguments, supports_check_mode among them), result or failure out."""
     from ansible.module_utils.basic import AnsibleModule
 
-    module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True, **spec_options)
+    module = AnsibleModule(argument_spec=argument_spec, **spec_options)
     try:
         result = execute(module.params, check_mode=module.check_mode, diff=module._diff)
     except TaskFailure as err:
