@@ -24,11 +24,12 @@ REAL_OUTPUTS = os.environ.get(
 )
 
 
-def run_module(name, args, check_mode=False, diff=False, env=None):
+def run_module(name, args, check_mode=False, diff=False, env=None, clean_env=False):
     """One run of plugins/modules/<name>.py as a separate process, as Ansible runs it; returns
-    the module's JSON result. `env` adds to the process environment."""
+    the module's JSON result. `env` adds to the process environment, or is all of it with
+    `clean_env`."""
     args = dict(args, _ansible_check_mode=check_mode, _ansible_diff=diff)
-    proc_env = dict(os.environ, PYTHONPATH=COLLECTIONS, **(env or {}))
+    proc_env = dict({} if clean_env else os.environ, PYTHONPATH=COLLECTIONS, **(env or {}))
     proc = subprocess.run([sys.executable, os.path.join(REPO, "plugins", "modules", name + ".py")],
                           input=json.dumps({"ANSIBLE_MODULE_ARGS": args}), capture_output=True,
                           text=True, env=proc_env, timeout=60, check=False)

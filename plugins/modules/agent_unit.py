@@ -88,23 +88,10 @@ restarted:
   type: bool
 """
 
-import os
-import re
-
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import files
-
-UNIT_NAME = re.compile(r"^[A-Za-z0-9:_.@-]+\.service$")
-FILE_NAME = re.compile(r"^[A-Za-z0-9:_.@-]+\.conf$")
-
-
-def systemctl(module, *args, check=True):
-    rc, out, err = module.run_command([module.get_bin_path("systemctl", required=True)] + list(args))
-    if check and rc != 0:
-        module.fail_json(msg="systemctl %s failed (rc=%d): %s" % (" ".join(args), rc, (err or out).strip()),
-                         rc=rc, stdout=out, stderr=err)
-    return rc, out.strip()
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import cmd
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.onboard import agent_install as ai
 
 
 def main():
@@ -120,55 +107,20 @@ def main():
         supports_check_mode=True,
     )
     p = module.params
-    name = p["name"]
-    if not UNIT_NAME.match(name):
-        module.fail_json(msg="name %r is not a systemd service unit name (letters, digits, :_.@- and .service)" % name)
-    if not FILE_NAME.match(p["dropin_name"]):
-        module.fail_json(msg="dropin_name %r is not a drop-in file name (letters, digits, :_.@- and .conf)"
-                         % p["dropin_name"])
-
-    wanted = []
-    if p["unit_content"] is not None:
-        wanted.append(("unit", os.path.join(p["systemd_dir"], name), p["unit_content"]))
-    wanted.append(("dropin", os.path.join(p["systemd_dir"], name + ".d", p["dropin_name"]), p["dropin_content"]))
-    result = dict(changed=False, unit_changed=False, dropin_changed=False,
-                  enabled_now=False, started=False, restarted=False)
-    diffs = []
-    for kind, path, text in wanted:
-        try:
-            before = files.read_text(path)
-            if before != text:
-                result[kind + "_changed"] = True
-                diffs.append(dict(before=before or "", after=text, before_header=path, after_header=path))
-                if not module.check_mode:
-                    os.makedirs(os.path.dirname(path), mode=0o755, exist_ok=True)
-                    files.write(path, text, 0o644)
-        except (OSError, UnicodeDecodeError) as exc:
-            module.fail_json(msg="cannot read or write %s: %s" % (path, exc))
-    files_changed = result["unit_changed"] or result["dropin_changed"]
-    if files_changed and not module.check_mode:
-        systemctl(module, "daemon-reload")
-
-    if p["unit_content"] is None and not module.check_mode:
-        rc, state = systemctl(module, "show", "--property=LoadState", "--value", name, check=False)
-        if state != "loaded":
-            module.fail_json(msg="unit %s is not loaded (%s): is the package that ships it installed?"
-                             % (name, state or "rc %d" % rc))
-    rc, enabled = systemctl(module, "is-enabled", name, check=False)
-    if enabled not in ("enabled", "enabled-runtime", "static", "alias", "indirect", "generated"):
-        result["enabled_now"] = True
-        if not module.check_mode:
-            systemctl(module, "enable", name)
-    rc, _active = systemctl(module, "is-active", "--quiet", name, check=False)
-    if rc != 0:
-        result["started"] = True
-        if not module.check_mode:
-            systemctl(module, "start", name)
-    elif files_changed or p["restart"]:
-        result["restarted"] = True
-        if not module.check_mode:
-            systemctl(module, "restart", name)
-    result["changed"] = any(result[k] for k in ("unit_changed", "dropin_changed", "enabled_now", "started", "restarted"))
+    unit = dict(name=p["name"], unit_content=p["unit_content"], dropin_content=p["dropin_content"],
+                restart=p["restart"])
+    try:
+        if not ai.UNIT_RE.match(p["name"]):
+            raise ai.InstallError("name %r is not a systemd service unit name (letters, digits, :_.@- and .service)"
+                                  % p["name"])
+        ai.check_names(units=[unit], dropin_name=p["dropin_name"])
+        results, diffs = ai.apply_units(
+            lambda argv, ok=(0,): cmd.module_run(module, argv, ok=ok),
+            module.get_bin_path("systemctl", required=True), [unit], p["systemd_dir"], p["dropin_name"],
+            module.check_mode)
+    except (ai.InstallError, cmd.CommandError) as exc:
+        module.fail_json(msg=str(exc))
+    result = results[p["name"]]
     if module._diff and diffs:
         result["diff"] = diffs
     module.exit_json(**result)

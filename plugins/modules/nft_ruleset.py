@@ -53,6 +53,14 @@ options:
       - Address the control host connects from, for example the first field of
         C(ansible_env.SSH_CLIENT). When set, management sources must cover it.
     type: str
+  control_address_from_session:
+    description:
+      - When O(control_address) is not given, take it from the SSH session the module runs in
+        (the first field of C(SSH_CONNECTION), else of C(SSH_CLIENT)), so the caller needs no
+        gathered facts. Without an SSH session (a local run, or C(become) with a reset
+        environment) no address is checked.
+    type: bool
+    default: false
   inbound:
     description:
       - Inbound rules. Each has C(name), C(protocol) (C(tcp) or C(udp); C(proto) is another
@@ -295,6 +303,15 @@ class Firewall(object):
         return result
 
 
+def session_address(environ):
+    """The address the SSH session this process runs in comes from, or None outside one."""
+    for var in ("SSH_CONNECTION", "SSH_CLIENT"):
+        fields = (environ.get(var) or "").split()
+        if fields:
+            return fields[0]
+    return None
+
+
 def main():
     module = AnsibleModule(
         argument_spec=dict(
@@ -303,6 +320,7 @@ def main():
             management_sources=dict(type="list", elements="str"),
             ssh_port=dict(type="int", default=22),
             control_address=dict(type="str"),
+            control_address_from_session=dict(type="bool", default=False),
             inbound=dict(type="list", elements="dict", default=[]),
             egress=dict(type="dict", default={}),
             confirm_timeout=dict(type="int", default=0),
@@ -313,6 +331,8 @@ def main():
         required_if=[("state", "present", ["management_sources"])],
         supports_check_mode=True,
     )
+    if module.params["control_address"] is None and module.params["control_address_from_session"]:
+        module.params["control_address"] = session_address(os.environ)
     fw = Firewall(module)
     state = module.params["state"]
     result = fw.present() if state == "present" else fw.confirmed() if state == "confirmed" else fw.absent()

@@ -17,8 +17,9 @@ description:
     is not active, or the Node is not Ready (O(node_ready)=false). A joined node is left alone.
   - The activation secret reaches the installer only through the environment variable
     O(secret_env); it is never part of the command, the logged arguments or the result.
-  - Packages come from the node's configured repositories (the role installs them with
-    M(ansible.builtin.apt) before this module runs).
+  - Packages come from the node's configured repositories. With O(install_packages=true) the
+    module installs the missing ones itself, in one apt transaction before it decides on the
+    installer, so a command join takes one SSH round trip per node.
 extends_documentation_fragment:
   - hybridgpu.fleet.attributes
 options:
@@ -27,6 +28,18 @@ options:
     type: list
     elements: str
     default: []
+  install_packages:
+    description:
+      - Install the packages of O(packages) that are missing, in one apt-get transaction, before
+        deciding whether the installer runs. The package lists are refreshed first when they are
+        older than O(cache_valid_time).
+      - When false, the caller installs them; missing packages then only count as a reason to run the installer.
+    type: bool
+    default: false
+  cache_valid_time:
+    description: Refresh the package lists before installing when they are older than this many seconds.
+    type: int
+    default: 3600
   installer:
     description: The installer command as a list (program, then arguments); run without a shell.
     type: list
@@ -131,8 +144,13 @@ why:
   returned: always
   type: list
   elements: str
+packages_installed:
+  description: Packages this run installed (or would install) with O(install_packages=true).
+  returned: always
+  type: list
+  elements: str
 state_before:
-  description: C(packages) (installed), C(units) (active), C(files) (present) before the run.
+  description: C(packages) (installed), C(units) (active), C(files) (present) before the installer, after the packages this run installed.
   returned: always
   type: dict
 state_after:
@@ -157,6 +175,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import cmd
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.lifecycle import node_checks
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.onboard import agent_install
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.onboard import command_join
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.parsers import node_state
 
@@ -176,42 +195,69 @@ def read_state(module, spec):
             "files": dict((f, os.path.lexists(f)) for f in spec["files"])}
 
 
-def main():
-    module = AnsibleModule(
-        argument_spec=dict(
-            packages=dict(type="list", elements="str", default=[]),
-            installer=dict(type="list", elements="str", default=[]),
-            secret=dict(type="str", default="", no_log=True),
-            secret_env=dict(type="str", default="JOIN_TOKEN", no_log=False),  # a variable name, not the secret
-            env=dict(type="dict", default={}),
-            units=dict(type="list", elements="str", required=True),
-            files=dict(type="list", elements="path", default=[]),
-            uninstall=dict(type="list", elements="str", required=True),
-            node_name=dict(type="str", default=""),
-            node_ready=dict(type="bool"),
-            cluster=dict(type="str", default=""),
-            server=dict(type="str", default=""),
-            manifest_copy=dict(type="path", default=""),
-            validate_only=dict(type="bool", default=False),
-            timeout=dict(type="int", default=600),
-            settle=dict(type="int", default=30),
-        ),
-        supports_check_mode=True,
-    )
-    p = module.params
+ARGUMENT_SPEC = dict(
+    packages=dict(type="list", elements="str", default=[]),
+    install_packages=dict(type="bool", default=False),
+    cache_valid_time=dict(type="int", default=3600),
+    installer=dict(type="list", elements="str", default=[]),
+    secret=dict(type="str", default="", no_log=True),
+    secret_env=dict(type="str", default="JOIN_TOKEN", no_log=False),  # a variable name, not the secret
+    env=dict(type="dict", default={}),
+    units=dict(type="list", elements="str", required=True),
+    files=dict(type="list", elements="path", default=[]),
+    uninstall=dict(type="list", elements="str", required=True),
+    node_name=dict(type="str", default=""),
+    node_ready=dict(type="bool"),
+    cluster=dict(type="str", default=""),
+    server=dict(type="str", default=""),
+    manifest_copy=dict(type="path", default=""),
+    validate_only=dict(type="bool", default=False),
+    timeout=dict(type="int", default=600),
+    settle=dict(type="int", default=30),
+)
+
+
+def inputs(p):
+    """(spec, result, problems): the join's inputs from the parameters, the result every run starts
+    from, and what is wrong with the inputs (empty when nothing). The action plugin of the same
+    name runs this alone, in the playbook's process, for validate_only."""
     spec = dict((k, p[k]) for k in ("packages", "installer", "secret", "secret_env", "env", "units", "files",
                                     "uninstall", "node_name"))
     problems = command_join.check(spec)
-    if problems:
-        module.fail_json(msg="command join inputs%s: %s; nothing was changed"
-                         % (" of " + p["node_name"] if p["node_name"] else "", "; ".join(problems)),
-                         problems=problems)
-    result = dict(changed=False, ran=False, would_run="", why=[], state_before={}, state_after={},
-                  artefacts=command_join.artefacts(spec, p["cluster"], p["manifest_copy"]),
+    result = dict(changed=False, ran=False, would_run="", why=[], packages_installed=[], state_before={},
+                  state_after={}, artefacts=command_join.artefacts(spec, p["cluster"], p["manifest_copy"]),
                   facts=command_join.facts(spec, p["cluster"], p["server"]))
+    return spec, result, problems
+
+
+def problems_message(p, problems):
+    return "command join inputs%s: %s; nothing was changed" % (
+        " of " + p["node_name"] if p["node_name"] else "", "; ".join(problems))
+
+
+def main():
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
+    p = module.params
+    spec, result, problems = inputs(p)
+    if problems:
+        module.fail_json(msg=problems_message(p, problems), problems=problems)
     if p["validate_only"]:
         module.exit_json(**result)
     state = read_state(module, spec)
+    missing = [name for name in spec["packages"] if not state["packages"].get(name)]
+    if p["install_packages"] and missing:
+        result.update(changed=True, packages_installed=missing)
+        if module.check_mode:
+            # decide as the real run would, once apt has installed them
+            state["packages"].update(dict.fromkeys(missing, True))
+        else:
+            try:
+                agent_install.install_packages(lambda argv, ok=(0,): cmd.module_run(module, argv, ok=ok),
+                                               missing, p["cache_valid_time"], agent_install.lists_age())
+            except cmd.CommandError as err:
+                module.fail_json(msg="installing the vendor's packages %s: %s; the installer did not run"
+                                 % (", ".join(missing), err), **result)
+            state = read_state(module, spec)
     state["node_ready"] = p["node_ready"]
     run_it, why = command_join.decide(spec, state)
     result.update(why=why, state_before=state, state_after=state)

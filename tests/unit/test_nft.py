@@ -1,8 +1,11 @@
 """Rendering of the owned nftables table; the output is checked by the real `nft -c`."""
+import os
 import shutil
 import subprocess
 
 import pytest
+
+import hgpu_testenv
 
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import nft
 
@@ -75,3 +78,33 @@ def test_canonical_listing_blanks_counters():
     a = "table inet x {\n  chain input {\n    counter packets 5 bytes 300 comment \"c\"\n  }\n}\n"
     b = a.replace("packets 5 bytes 300", "packets 9 bytes 999")
     assert nft.canonical_listing(a) == nft.canonical_listing(b)
+
+
+@pytest.mark.parametrize("env, refused", [
+    ({"SSH_CONNECTION": "10.213.77.50 41822 10.213.77.9 22"}, True),
+    ({"SSH_CLIENT": "10.213.77.50 41822 22"}, True),
+    ({"SSH_CONNECTION": "10.213.77.1 41822 10.213.77.9 22"}, False),
+    ({}, False),
+])
+def test_the_module_checks_the_address_of_its_own_ssh_session(tmp_path, env, refused):
+    """control_address_from_session: the address comes from the module's SSH session, so the
+    management sources must cover it without gathered facts; outside a session nothing is checked."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    # an nft that accepts every ruleset and lists an empty table: the run gets past the address check
+    (bin_dir / "nft").write_text("#!/bin/sh\ncat > /dev/null\nexit 0\n")
+    (bin_dir / "nft").chmod(0o755)
+    base_env = {k: v for k, v in os.environ.items() if k not in ("SSH_CONNECTION", "SSH_CLIENT")}
+    args = {"table": "hgputest", "management_sources": ["10.213.77.1/32"], "control_address_from_session": True,
+            "state_dir": str(tmp_path / "state"), "unit_dir": str(tmp_path / "units")}
+    got = hgpu_testenv.run_module("nft_ruleset", args, check_mode=True,
+                                  env=dict(base_env, PATH=str(bin_dir) + os.pathsep + os.environ["PATH"], **env),
+                                  clean_env=True)
+    if refused:
+        assert got.get("failed") and "the control host connects from 10.213.77.50" in got["msg"], got
+    else:
+        assert not got.get("failed"), got
+    off = hgpu_testenv.run_module("nft_ruleset", dict(args, control_address_from_session=False), check_mode=True,
+                                  env=dict(base_env, PATH=str(bin_dir) + os.pathsep + os.environ["PATH"], **env),
+                                  clean_env=True)
+    assert not off.get("failed"), off

@@ -70,3 +70,30 @@ def test_agent_check_and_firewall_rules_give_what_the_modules_give(tmp_path):
         {k: v for k, v in module.items() if k != "invocation"}
     assert got["rules"]["management_sources"]
     assert got["unknown node"]["failed"] and "dh9-x-01" in got["unknown node"]["msg"] and paths in got["unknown node"]["msg"]
+
+
+def test_node_join_command_checks_its_inputs_in_the_playbook_process(tmp_path):
+    """validate_only runs in the playbook's process, gives what the module gives, and keeps the
+    secret out of the result as the module's exit would; every other run needs the node's
+    interpreter (here one that does not exist), as any module does."""
+    secret = "act-5e1f0c2a"
+    args = {"packages": ["acme-node-agent"], "installer": ["/usr/bin/acme-node", "activate"], "secret": secret,
+            "secret_env": "ACME_TOKEN", "units": ["acme-node-agent.service"],
+            "uninstall": ["/usr/bin/acme-node", "deactivate"], "node_name": "gpu-07", "cluster": "onprem",
+            "validate_only": True}
+    leaky = dict(args, installer=["/usr/bin/acme-node", "--token", secret])
+    got = play(tmp_path, [
+        task("good", "node_join_command", args),
+        task("leaky", "node_join_command", leaky),
+        task("unknown", "node_join_command", dict(args, colour="red")),
+        task("on the node", "node_join_command", dict(args, validate_only=False)),
+    ])
+    assert not got["good"].get("failed") and got["good"]["changed"] is False, got["good"]
+    assert got["good"]["facts"]["uninstall_command"] == ["/usr/bin/acme-node", "deactivate"], got["good"]
+    assert "invocation" not in got["good"]
+    module = run_module("node_join_command", args)
+    assert {k: module[k] for k in ("artefacts", "facts")} == {k: got["good"][k] for k in ("artefacts", "facts")}
+    assert got["leaky"]["failed"] and "installer: holds the secret" in got["leaky"]["msg"], got["leaky"]
+    assert "nothing was changed" in got["leaky"]["msg"] and secret not in json.dumps(got["leaky"])
+    assert got["unknown"]["failed"] and "colour" in got["unknown"]["msg"], got["unknown"]
+    assert got["on the node"]["failed"] and "/nonexistent/python" in json.dumps(got["on the node"]), got["on the node"]

@@ -268,3 +268,40 @@ def test_module_fails_naming_a_unit_the_installer_did_not_start(node):
     result, raw = run_module(node, installer=[str(lazy)], node_ready=False, settle=1)
     assert result["failed"] and "not active: acme-node-agent.service" in result["msg"], result
     assert (node["state"] / "runs").read_text().count("run") == 1
+
+
+FAKE_APT = """#!/bin/sh
+# apt-get [-y -q -o X ...] update|install NAMES...: install creates $STATE/pkg-NAME
+while [ "${1#-}" != "$1" ]; do case "$1" in -o) shift 2 ;; *) shift ;; esac; done
+echo "$*" >> "$STATE/apt"
+[ "$1" = install ] && { shift; for p in "$@"; do touch "$STATE/pkg-$p"; done; }
+exit 0
+"""
+
+
+def test_module_installs_the_missing_packages_in_the_same_run(node):
+    apt = node["tmp"] / "bin" / "apt-get"
+    apt.write_text(FAKE_APT)
+    apt.chmod(0o755)
+    (node["state"] / "pkg-acme-node-agent").unlink()
+    dry, raw = run_module(node, check_mode=True, install_packages=True, node_ready=False)
+    assert dry["packages_installed"] == ["acme-node-agent"] and dry["ran"], dry
+    assert not (node["state"] / "apt").exists()
+    # decided as after the install: only the inactive unit and the Node are reasons
+    assert dry["why"] == ["units not active: acme-node-agent.service", "Node gpu-07 is not Ready"], dry
+
+    result, raw = run_module(node, install_packages=True, node_ready=False)
+    assert result["packages_installed"] == ["acme-node-agent"] and result["ran"], result
+    installs = [ln for ln in (node["state"] / "apt").read_text().splitlines() if ln != "update"]
+    assert installs == ["install acme-node-agent"]
+    assert result["state_before"]["packages"] == {"acme-node-agent": True}, result
+
+    again, raw = run_module(node, install_packages=True, node_ready=True)
+    assert again["changed"] is False and again["packages_installed"] == [], again
+    assert [ln for ln in (node["state"] / "apt").read_text().splitlines() if ln != "update"] == installs
+
+
+def test_without_install_packages_a_missing_package_is_only_a_reason(node):
+    (node["state"] / "pkg-acme-node-agent").unlink()
+    dry, raw = run_module(node, check_mode=True, node_ready=True)
+    assert dry["packages_installed"] == [] and dry["why"][0] == "packages not installed: acme-node-agent", dry
