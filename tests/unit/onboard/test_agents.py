@@ -36,6 +36,8 @@ def test_capabilities_and_overrides_are_kept():
     ({"outbound": ["203.0.113.5/32:443"]}, "not granted by the access boundary"),
     ({"package": "x"}, "exactly one of package or binary"),
     ({"systemd_unit": "exporter"}, ".service"),
+    ({"package": "prometheus-node-exporter=1.5.0-1", "binary": {}}, "is not a Debian package name"),
+    ({"package": "--force-yes", "binary": {}}, "is not a Debian package name"),
     ({"capabilities": ["NET_ADMIN"]}, "CAP_"),
     ({"exec_start": ""}, "exec_start"),
     ({"colour": "red"}, "unknown field"),
