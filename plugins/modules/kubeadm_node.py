@@ -44,6 +44,12 @@ options:
     description: The kubelet's systemd unit.
     type: str
     default: kubelet.service
+  enable_kubelet:
+    description:
+      - With O(state=joining), enable O(kubelet_unit) before the join starts when it is not
+        enabled (kubeadm's prerequisites ask for it; C(kubeadm join) starts it).
+    type: bool
+    default: false
   kubelet_conf:
     description: The kubelet kubeconfig that C(kubeadm join) writes; it exists once the node has joined.
     type: path
@@ -137,6 +143,10 @@ client_certificate:
 config_present:
   description: Whether the JoinConfiguration exists after the run (or would, in check mode).
   returned: when O(config_path) is given
+  type: bool
+kubelet_enabled_now:
+  description: Whether O(enable_kubelet) enabled the kubelet unit in this run (or would, in check mode).
+  returned: with O(state=joining)
   type: bool
 join_started:
   description: Whether O(state=joining) started C(kubeadm join) (or would, in check mode); false while one is already running.
@@ -277,8 +287,15 @@ def joining(module, run, systemctl, result, host):
         before = files.read_text(path)
     except (OSError, UnicodeDecodeError) as exc:
         module.fail_json(msg="cannot read the JoinConfiguration %s on %s: %s" % (path, host, exc))
-    result.update(changed=not running, join_started=not running, config_present=True)
-    if running or module.check_mode:
+    enable = p["enable_kubelet"] and not result["kubelet_enabled"]
+    result.update(changed=not running or enable, join_started=not running, config_present=True,
+                  kubelet_enabled_now=enable)
+    if module.check_mode:
+        return
+    if enable:
+        run([systemctl, "enable", p["kubelet_unit"]], (0,))
+        result["kubelet_enabled"] = True
+    if running:
         return
     try:
         os.makedirs(os.path.dirname(path) or "/", mode=0o755, exist_ok=True)
@@ -313,6 +330,7 @@ def main():
             state=dict(type="str", choices=["read", "joining", "absent"], default="read"),
             packages=dict(type="list", elements="str", default=[]),
             kubelet_unit=dict(type="str", default="kubelet.service"),
+            enable_kubelet=dict(type="bool", default=False),
             kubelet_conf=dict(type="path", default="/etc/kubernetes/kubelet.conf"),
             client_certificate=dict(type="path", default="/var/lib/kubelet/pki/kubelet-client-current.pem"),
             config_path=dict(type="path"),

@@ -33,6 +33,12 @@ options:
     type: list
     elements: path
     default: []
+  manifest_copy:
+    description:
+      - The node's own copy of its manifest. When given, its text is returned in
+        RV(manifest_copy) (V(null) when the file does not exist), so a control host that lost
+        its records can take the manifest back from the node in the same round trip.
+    type: path
 requirements:
   - systemd, dpkg and nftables (C(nft)) on the node
 author:
@@ -80,6 +86,10 @@ state:
       description: Local user names, in C(getent passwd) order.
       type: list
       elements: str
+manifest_copy:
+  description: The text of O(manifest_copy), V(null) when it does not exist or was not asked for.
+  returned: success
+  type: str
 nft_tables:
   description: The tables of the nftables ruleset (not part of RV(state), which keeps the full ruleset).
   returned: success
@@ -123,16 +133,39 @@ def read_state(module):
     return state, tables
 
 
+# A manifest copy larger than this is not a manifest this collection wrote.
+MANIFEST_COPY_MAX = 4 * 1024 * 1024
+
+
+def read_copy(module, path):
+    """The text of the node's manifest copy, or None when there is none."""
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read(MANIFEST_COPY_MAX + 1)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        module.fail_json(msg="standalone_state on %s: cannot read the manifest copy %s: %s"
+                         % (os.uname().nodename, path, exc))
+    if len(data) > MANIFEST_COPY_MAX:
+        module.fail_json(msg="standalone_state on %s: the manifest copy %s is larger than %d bytes"
+                         % (os.uname().nodename, path, MANIFEST_COPY_MAX))
+    # Undecodable bytes stay visible as replacement characters: the manifest check names them.
+    return data.decode("utf-8", errors="replace")
+
+
 def main():
     module = AnsibleModule(
         argument_spec=dict(
             packages=dict(type="list", elements="str", default=[]),
             paths=dict(type="list", elements="path", default=[]),
+            manifest_copy=dict(type="path"),
         ),
         supports_check_mode=True,
     )
     state, tables = read_state(module)
-    module.exit_json(changed=False, state=state, nft_tables=tables)
+    copy = read_copy(module, module.params["manifest_copy"]) if module.params["manifest_copy"] else None
+    module.exit_json(changed=False, state=state, nft_tables=tables, manifest_copy=copy)
 
 
 if __name__ == "__main__":

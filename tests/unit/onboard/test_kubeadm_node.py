@@ -16,6 +16,7 @@ case "$1" in
   is-enabled) [ -e "$STATE_DIR/enabled" ] && { echo enabled; exit 0; }; echo disabled; exit 1 ;;
   show) if [ -e "$STATE_DIR/join" ]; then cat "$STATE_DIR/join"; else
           printf 'LoadState=not-found\nActiveState=inactive\nSubState=dead\nResult=success\nExecMainStatus=0\nExecMainExitTimestampMonotonic=0\n'; fi ;;
+  enable) touch "$STATE_DIR/enabled" ;;
   stop) rm -f "$STATE_DIR/join" ;;
   reset-failed) exit 0 ;;
 esac
@@ -112,6 +113,28 @@ def test_joining_writes_the_configuration_root_only_and_starts_the_join_once(nod
     again = node(args)
     assert again["changed"] is False and again["join_started"] is False, again
     assert not [c for c in node.calls_made() if c.startswith("systemd-run")]
+
+
+def test_joining_enables_the_kubelet_first_in_the_same_run(node):
+    config = str(node.etc / "join.yaml")
+    args = {"state": "joining", "config_path": config, "config_text": "token: abc.def\n", "enable_kubelet": True}
+    dry = node(args, check_mode=True)
+    assert dry["kubelet_enabled_now"] is True and dry["changed"] is True, dry
+    assert node.calls_made() == [] and not (node.state / "enabled").exists()
+    res = node(args)
+    assert res["kubelet_enabled_now"] is True and res["kubelet_enabled"] is True and res["join_started"], res
+    made = node.calls_made()
+    assert made[0] == "systemctl enable kubelet.service" and made[-1].startswith("systemd-run"), made
+    # enabled now and the join running: nothing to do
+    again = node(args)
+    assert again["changed"] is False and again["kubelet_enabled_now"] is False, again
+    assert node.calls_made() == []
+    # without the option the kubelet is left as it is
+    (node.state / "enabled").unlink()
+    node({"state": "absent", "config_path": config})
+    node.calls_made()
+    plain = node(dict(args, enable_kubelet=False))
+    assert plain["kubelet_enabled_now"] is False and "systemctl enable kubelet.service" not in node.calls_made()
 
 
 @pytest.mark.parametrize("props, succeeded", [(ENDED_OK, True), (ENDED_FAILED, False)])
