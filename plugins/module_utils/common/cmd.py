@@ -27,6 +27,11 @@ import subprocess
 
 ENV = {"LANG": "C", "LC_ALL": "C"}
 
+# apt-get as the collection runs it: no prompts, and a changed configuration file on the node
+# is kept (the package's default is taken only where the node has none).
+APT_GET = ["env", "DEBIAN_FRONTEND=noninteractive", "apt-get", "-y", "-q",
+           "-o", "Dpkg::Options::=--force-confdef", "-o", "Dpkg::Options::=--force-confold"]
+
 # stderr lines an error message keeps (the end, where tools say what went wrong)
 TAIL_LINES = 20
 

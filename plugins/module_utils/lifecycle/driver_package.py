@@ -13,12 +13,13 @@ __metaclass__ = type
 
 import re
 
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import cmd
+
 PACKAGE = re.compile(r"^[a-z0-9][a-z0-9+.-]+$")
 VERSION = re.compile(r"^[A-Za-z0-9.+~:-]+$")
 PATTERN = re.compile(r"^[a-z0-9][a-z0-9+.*-]+$")
 INSTALLED = ("ii", "hi")
-APT_GET = ["env", "DEBIAN_FRONTEND=noninteractive", "apt-get", "-y", "-q",
-           "-o", "Dpkg::Options::=--force-confdef", "-o", "Dpkg::Options::=--force-confold"]
+APT_GET = cmd.APT_GET
 
 
 class DriverError(Exception):

@@ -21,18 +21,15 @@ import time
 
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import cmd
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import files
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.parsers import node_state
 
 UNIT_RE = re.compile(r"^[A-Za-z0-9:_.@-]+\.service$")
 DROPIN_RE = re.compile(r"^[A-Za-z0-9:_.@-]+\.conf$")
 USER_RE = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
-# Debian policy: lower case letters, digits, + - . ; at least two characters, starting alphanumeric
-PACKAGE_RE = re.compile(r"^[a-z0-9][a-z0-9+.-]+$")
 
 SYSTEM_SHELL = "/usr/sbin/nologin"
 SYSTEM_HOME = "/nonexistent"
 
-APT_GET = ["env", "DEBIAN_FRONTEND=noninteractive", "apt-get", "-y", "-q",
-           "-o", "Dpkg::Options::=--force-confdef", "-o", "Dpkg::Options::=--force-confold"]
 # When the package lists were last refreshed: apt's success stamp where the periodic job or
 # APT::Update::Post-Invoke-Success writes it, else the lists folder itself.
 APT_STAMPS = ("/var/lib/apt/periodic/update-success-stamp", "/var/lib/apt/lists")
@@ -51,7 +48,7 @@ def check_names(users=(), packages=(), units=(), dropin_name="hybridgpu-hardenin
             raise InstallError("users: %r is not a user name (lower case letters, digits, _ and -, "
                                "at most 32, not starting with a digit or -)" % (name,))
     for name in packages:
-        if not PACKAGE_RE.match(name or ""):
+        if not node_state.PACKAGE_NAME.match(name or ""):
             raise InstallError("packages: %r is not a Debian package name" % (name,))
     for unit in units:
         if not UNIT_RE.match(unit.get("name") or ""):
@@ -84,18 +81,15 @@ def user_steps(users, getpwnam=pwd.getpwnam):
 
 
 def missing_packages(run, packages):
-    """The packages of ``packages`` dpkg does not have installed, in the order given."""
+    """The packages of ``packages`` dpkg does not have installed (held ones count as installed),
+    in the order given."""
     packages = list(dict.fromkeys(packages))
     if not packages:
         return []
     # One dpkg-query for all; it exits 1 when one is unknown and still prints the others.
-    res = run(["dpkg-query", "-W", "-f", "${Package}\\t${db:Status-Abbrev}\\n"] + packages, ok=(0, 1))
-    installed = set()
-    for line in res.out.splitlines():
-        name, dummy, status = line.partition("\t")
-        if status.startswith("ii"):
-            installed.add(name.split(":")[0])
-    return [p for p in packages if p not in installed]
+    res = run(["dpkg-query", "-W", "-f=" + node_state.DPKG_QUERY_FORMAT] + packages, ok=(0, 1))
+    found = node_state.dpkg_status(res.out)
+    return [p for p in packages if not node_state.configured(found.get(p, ("", None))[0])]
 
 
 def lists_age(now=None, stamps=APT_STAMPS):
@@ -114,8 +108,8 @@ def install_packages(run, names, cache_valid_time, age):
     in one apt-get transaction. Returns whether the lists were refreshed."""
     refreshed = age is None or age > cache_valid_time
     if refreshed:
-        run(APT_GET + ["update"])
-    run(APT_GET + ["install"] + list(names))
+        run(cmd.APT_GET + ["update"])
+    run(cmd.APT_GET + ["install"] + list(names))
     return refreshed
 
 

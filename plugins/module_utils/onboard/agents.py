@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import re
 
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.parsers import node_state
+
 UNIT_RE = re.compile(r"^[A-Za-z0-9@_.:-]+\.service$")
 USER_RE = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
 CAP_RE = re.compile(r"^CAP_[A-Z_]+$")
-# A Debian package name: lower case letters, digits, + - . ; two or more, starting alphanumeric
-PACKAGE_RE = re.compile(r"^[a-z0-9][a-z0-9+.-]+$")
 KNOWN = {"name", "package", "binary", "systemd_unit", "exec_start", "user", "privileges",
          "capabilities", "outbound", "listen", "hardening", "description"}
 
@@ -67,7 +67,7 @@ def check(agents, allowed):
                              "agents and have it signed first" % (where, ", ".join(sorted(by_name)) or "none"))
         if bool(agent.get("package")) == bool(agent.get("binary")):
             raise AgentError("%s: give exactly one of package or binary" % where)
-        if agent.get("package") and not PACKAGE_RE.match(str(agent["package"])):
+        if agent.get("package") and not node_state.PACKAGE_NAME.match(str(agent["package"])):
             raise AgentError("%s: package %r is not a Debian package name (no version, no options)"
                              % (where, agent["package"]))
         unit = agent.get("systemd_unit") or ""

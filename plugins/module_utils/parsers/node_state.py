@@ -8,11 +8,17 @@ what counts as running, installed or present."""
 
 from __future__ import annotations
 
+import re
+
 # Run with LANG=C: the parsers read the tools' English, column-separated output.
 LIST_ACTIVE_UNITS = ["systemctl", "list-units", "--type=service", "--state=active", "--no-legend", "--plain"]
 LIST_NFT_TABLES = ["nft", "list", "tables"]
 # One line per package; dpkg-query prints nothing for a package it has never heard of.
 DPKG_QUERY_FORMAT = "${Package} ${db:Status-Abbrev} ${Version}\n"
+
+# A Debian package name (policy 5.6.1): lower case letters, digits, + - . ; two or more, starting
+# with a letter or digit. No version, no option: safe to pass to apt-get and dpkg-query.
+PACKAGE_NAME = re.compile(r"^[a-z0-9][a-z0-9+.-]+$")
 
 # The second letter of dpkg's status abbreviation (see dpkg-query(1)).
 _CONFIGURED = frozenset("iWt")  # installed; W/t: installed, triggers still to run

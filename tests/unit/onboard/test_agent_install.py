@@ -14,11 +14,12 @@ from ansible_collections.hybridgpu.fleet.plugins.module_utils.onboard import age
 DOUBLES = {
     "useradd": 'echo "useradd $*" >> "$STATE_DIR/calls"\n',
     "usermod": 'echo "usermod $*" >> "$STATE_DIR/calls"\n',
-    # installed packages are the lines of $STATE_DIR/installed
-    "dpkg-query": r'''shift 3
+    # installed packages are the lines of $STATE_DIR/installed, held ones those of $STATE_DIR/held
+    "dpkg-query": r'''shift 2
 rc=0
 for p in "$@"; do
-  if grep -qx "$p" "$STATE_DIR/installed" 2>/dev/null; then printf '%s\tii \n' "$p"
+  if grep -qx "$p" "$STATE_DIR/installed" 2>/dev/null; then echo "$p ii 1.0-1"
+  elif grep -qx "$p" "$STATE_DIR/held" 2>/dev/null; then echo "$p hi 1.0-1"
   else echo "dpkg-query: no packages found matching $p" >&2; rc=1; fi
 done
 exit $rc
@@ -119,6 +120,10 @@ def test_only_missing_packages_are_installed_in_one_transaction(node):
     assert got["packages_installed"] == ["prometheus-node-exporter", "jq"], got
     assert node.calls() == ["apt-get install prometheus-node-exporter jq"]
     assert not node({"packages": ["curl", "jq"]})["changed"]
+    # a held package is installed: nothing to do, every run
+    (node.state / "held").write_text("nvidia-driver-550\n")
+    assert not node({"packages": ["nvidia-driver-550", "curl"]})["changed"]
+    assert node.calls() == []
 
 
 def test_a_failed_install_reports_the_step_and_what_was_done(node):
