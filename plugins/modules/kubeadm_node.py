@@ -72,6 +72,12 @@ options:
     description: The kubeadm command (a name on the node's PATH or an absolute path).
     type: str
     default: kubeadm
+  manifest_copy:
+    description:
+      - Path of the node's copy of its manifest. When given, RV(manifest_copy_state) returns its SHA-256
+        and mode, so that the caller can tell whether the copy must be written again without
+        another round trip.
+    type: path
   timeout:
     description: Seconds after which the join unit is stopped (systemd C(RuntimeMaxSec)).
     type: int
@@ -131,6 +137,11 @@ packages:
   returned: always
   type: dict
   sample: {kubeadm: 1.30.4-1.1, kubelet: null}
+manifest_copy_state:
+  description: SHA-256 and mode of the file O(manifest_copy); V(null) when it does not exist.
+  returned: when O(manifest_copy) is given
+  type: dict
+  sample: {sha256: 9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08, mode: "0640"}
 packages_ready:
   description: Whether every package of O(packages) is installed, at its version where one is given.
   returned: always
@@ -324,6 +335,13 @@ def cleaned(module, run, systemctl, result, host):
         module.fail_json(msg="cannot remove the JoinConfiguration %s on %s: %s" % (path, host, exc))
 
 
+def copy_state(module, path):
+    try:
+        return files.digest(path)
+    except OSError as exc:
+        module.fail_json(msg="cannot read the manifest copy %s on %s: %s" % (path, os.uname().nodename, exc))
+
+
 def main():
     module = AnsibleModule(
         argument_spec=dict(
@@ -338,6 +356,7 @@ def main():
             join_unit=dict(type="str", default="hybridgpu-kubeadm-join.service"),
             kubeadm=dict(type="str", default="kubeadm"),
             timeout=dict(type="int", default=300),
+            manifest_copy=dict(type="path"),
         ),
         required_if=[("state", "joining", ("config_path", "config_text")),
                      ("state", "absent", ("config_path",))],
@@ -367,6 +386,8 @@ def main():
         cleaned(module, run, systemctl, result, host)
     elif p["config_path"]:
         result["config_present"] = os.path.exists(p["config_path"])
+    if p["manifest_copy"]:
+        result["manifest_copy_state"] = copy_state(module, p["manifest_copy"])
     module.exit_json(**result)
 
 

@@ -90,7 +90,10 @@ options:
     type: str
     default: ""
   manifest_copy:
-    description: Path of the manifest copy on the node, listed in RV(artefacts).
+    description:
+      - Path of the manifest copy on the node, listed in RV(artefacts).
+      - Its SHA-256 and mode come back in RV(manifest_copy_state), so that the caller can tell whether
+        the copy must be written again without another round trip.
     type: path
     default: ""
   validate_only:
@@ -162,6 +165,11 @@ artefacts:
   returned: always
   type: list
   elements: dict
+manifest_copy_state:
+  description: SHA-256 and mode of the file O(manifest_copy); V(null) when it does not exist.
+  returned: when O(manifest_copy) is given, except with O(validate_only)
+  type: dict
+  sample: {sha256: 9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08, mode: "0640"}
 facts:
   description: The join section's facts (method C(command), the uninstall and installer commands, units, packages, files).
   returned: always
@@ -174,6 +182,7 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import cmd
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import files
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.lifecycle import node_checks
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.onboard import agent_install
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.onboard import command_join
@@ -243,6 +252,11 @@ def main():
         module.fail_json(msg=problems_message(p, problems), problems=problems)
     if p["validate_only"]:
         module.exit_json(**result)
+    if p["manifest_copy"]:
+        try:
+            result["manifest_copy_state"] = files.digest(p["manifest_copy"])
+        except OSError as exc:
+            module.fail_json(msg="cannot read the manifest copy %s: %s" % (p["manifest_copy"], exc))
     state = read_state(module, spec)
     missing = [name for name in spec["packages"] if not state["packages"].get(name)]
     if p["install_packages"] and missing:

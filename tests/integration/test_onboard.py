@@ -134,6 +134,28 @@ def test_node_side_state_and_manifest(onboarded):
         assert on_node == doc
 
 
+def test_a_node_copy_that_drifted_is_written_again_on_a_rerun(onboarded):
+    """A rerun writes the node's copy only when it differs from the record (the join step reads its
+    SHA-256 and mode): an edited copy, a copy with another mode and a missing copy are each put
+    back, and a matching copy is left alone."""
+    copy = "/var/lib/hybridgpu/manifest.json"
+    nodes = ["owned-a100-1", COMMAND]  # one node of each join method
+    ssh(nodes[0], "printf '{}' > %s" % copy)
+    ssh(nodes[1], "chmod 0644 %s" % copy)
+    res = playbook("--limit", ",".join(nodes + ["owned-a100-2"]))
+    assert res.returncode == 0, res.stdout[-6000:]
+    counts = recap(res.stdout)
+    assert counts["owned-a100-1"]["changed"] == 1 and counts[COMMAND]["changed"] == 1, counts
+    assert counts["owned-a100-2"]["changed"] == 0, counts
+    for name in nodes:
+        out = ssh(name, "stat -c %%a %s; cat %s" % (copy, copy)).stdout.split("\n", 1)
+        assert out[0] == "640" and json.loads(out[1]) == manifest(name), name
+    ssh(nodes[0], "rm %s" % copy)
+    res = playbook("--limit", nodes[0])
+    assert res.returncode == 0 and recap(res.stdout)[nodes[0]]["changed"] == 1, res.stdout[-4000:]
+    assert json.loads(ssh(nodes[0], "cat %s" % copy).stdout) == manifest(nodes[0])
+
+
 def test_management_agent_opens_no_inbound_port(onboarded):
     listing = ssh(ONE, "nft list table inet hybridgpu").stdout
     assert "6443" not in listing.split("chain output")[0]  # API port only as egress

@@ -11,6 +11,7 @@ write leaves the old content and no temporary file behind.
   folder, so the old one is moved aside first and put back if the new one does not land).
 - ``move(src, dst)``: a rename within one file system, both folders fsynced.
 - ``read_text(path)``: a file's text, or None when it does not exist.
+- ``digest(path)``: a file's SHA-256 and mode, or None when it does not exist.
 
 The folder must exist; callers create it with the mode they need.
 """
@@ -19,6 +20,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import hashlib
 import os
 import shutil
 import stat
@@ -77,6 +79,20 @@ def read_text(path):
             return handle.read()
     except FileNotFoundError:
         return None
+
+
+def digest(path):
+    """{"sha256": hex digest of the bytes, "mode": "0640"} of a regular file, or None when it does
+    not exist; other errors (a folder, no permission) are raised."""
+    try:
+        with open(path, "rb") as handle:
+            mode = stat.S_IMODE(os.fstat(handle.fileno()).st_mode)
+            sha = hashlib.sha256()
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                sha.update(block)
+    except FileNotFoundError:
+        return None
+    return {"sha256": sha.hexdigest(), "mode": "%04o" % mode}
 
 
 def write(path, data, mode=None):

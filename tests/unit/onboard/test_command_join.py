@@ -1,6 +1,7 @@
 """The command join method: input checks, when the installer runs, what the manifest records,
 the module on a fake node (fake dpkg-query and systemctl, a real installer script), and what
 removal plans and finds left of such a join."""
+import hashlib
 import json
 import os
 import stat
@@ -305,3 +306,18 @@ def test_without_install_packages_a_missing_package_is_only_a_reason(node):
     (node["state"] / "pkg-acme-node-agent").unlink()
     dry, raw = run_module(node, check_mode=True, node_ready=True)
     assert dry["packages_installed"] == [] and dry["why"][0] == "packages not installed: acme-node-agent", dry
+
+
+def test_module_returns_the_manifest_copy_state(node):
+    copy = node["tmp"] / "copy" / "manifest.json"
+    result, raw = run_module(node, node_ready=True, manifest_copy=str(copy))
+    assert result["manifest_copy_state"] is None, result
+    copy.parent.mkdir()
+    copy.write_text('{"node": "gpu-07"}\n')
+    copy.chmod(0o640)
+    result, raw = run_module(node, node_ready=True, manifest_copy=str(copy))
+    assert result["manifest_copy_state"] == {"sha256": hashlib.sha256(b'{"node": "gpu-07"}\n').hexdigest(),
+                                             "mode": "0640"}, result
+    copy.chmod(0o644)
+    assert run_module(node, node_ready=True, manifest_copy=str(copy))[0]["manifest_copy_state"]["mode"] == "0644"
+    assert "manifest_copy_state" not in run_module(node, node_ready=True)[0]

@@ -94,6 +94,7 @@ def test_check_then_join_then_nothing(site):
     ({"node_join_command_uninstall": []}, "uninstall: a command is required"),
     ({"node_join_command_installer": ["/usr/bin/acme-node", "--token", SECRET]}, "installer: holds the secret"),
     ({"node_join_command_files": ["/etc"]}, "files[0]: /etc is a system folder"),
+    ({"node_join_method": "salt"}, "node_join_method must be one of: kubeadm, command, got: salt"),
 ])
 def test_bad_input_stops_before_anything_runs(site, override, named):
     before = manifest(site)

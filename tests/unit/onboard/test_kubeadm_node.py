@@ -1,6 +1,7 @@
 """A kubeadm node's join state, JoinConfiguration and join unit in one module run (kubeadm_node),
 against doubles of systemctl, systemd-run, dpkg-query and journalctl that keep the units' state,
 and the real openssl on a certificate made for the test."""
+import hashlib
 import os
 import subprocess
 
@@ -184,3 +185,17 @@ def test_bad_input_is_refused_naming_the_option(node, args, needle):
     res = node(args)
     assert res["failed"] is True and needle in res["msg"], res
     assert node.calls_made() == []
+
+
+def test_the_manifest_copy_state_comes_with_the_read(node):
+    copy = node.etc / "manifest.json"
+    assert "manifest_copy_state" not in node({})
+    assert node({"manifest_copy": str(copy)})["manifest_copy_state"] is None
+    copy.write_text('{"node": "n1"}')
+    copy.chmod(0o600)
+    res = node({"manifest_copy": str(copy)}, check_mode=True)
+    assert res["manifest_copy_state"] == {"sha256": hashlib.sha256(b'{"node": "n1"}').hexdigest(), "mode": "0600"}, res
+    assert res["changed"] is False
+    # a folder where the copy should be is an error naming the path
+    bad = node({"manifest_copy": str(node.etc)})
+    assert bad["failed"] and str(node.etc) in bad["msg"], bad

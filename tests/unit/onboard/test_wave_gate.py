@@ -290,6 +290,24 @@ def test_onboard_stops_every_node_on_an_unsigned_boundary(people, tmp_path):
     assert proc.stdout.count("STOPPED node-") == 3 and "boundary: " in proc.stdout
 
 
+def test_onboard_refuses_a_wave_holding_a_cloud_node_before_the_gate(people, tmp_path):
+    proc = run_gate(people, tmp_path, clean_record())  # writes the inventory and the play
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (tmp_path / "records" / "w1" / "gate.json").unlink()
+    hosts = yaml.safe_load((tmp_path / "hosts.yml").read_text())
+    hosts["all"]["children"]["w1"]["hosts"]["node-b"] = {"hgpu_role": "cloud"}
+    (tmp_path / "hosts.yml").write_text(yaml.safe_dump(hosts))
+    for ran in tmp_path.glob("ran-*"):
+        ran.unlink()
+    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"), ANSIBLE_NOCOLOR="1")
+    proc = subprocess.run([os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i",
+                           str(tmp_path / "hosts.yml"), "-e", "onboard_wave=w1", str(tmp_path / "play.yml")],
+                          capture_output=True, text=True, env=env, timeout=180, check=False, cwd=ROOT)
+    assert proc.returncode != 0
+    assert "not owned nodes (hgpu_role): node-b=cloud; cloud nodes are joined by the provider" in proc.stdout, proc.stdout
+    assert list(tmp_path.glob("ran-*")) == [] and not (tmp_path / "records" / "w1" / "gate.json").exists()
+
+
 def test_the_wave_record_names_the_stopped_nodes(tmp_path):
     root = tmp_path / "records"
     (root / "w1").mkdir(parents=True)
