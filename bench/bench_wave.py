@@ -7,6 +7,10 @@ validation, and how they grow from 1 to 3 owned nodes.
 For each wave size N (the first N of owned-a100-1, owned-a100-2, owned-l40s-1):
 - baseline: a plain playbook with one `ansible.builtin.command: true` task on the same
   hosts (Ansible start-up + one SSH round trip per host), measured in the same run;
+- same-shape plain play: a plain playbook with as many tasks per host as the first onboarding
+  rerun measured (its PLAY RECAP), as many of them a command on the node as it made SSH
+  invocations per node and the others a `debug` on the control host: what ansible-core itself
+  costs for a play of that shape, and how that grows with the wave, in the same run;
 - onboard: playbooks/onboard.yml limited to those hosts, measuring the idempotent rerun (what a
   wave rerun costs): before the rows, a lab without wave1's preflight record gets one, and the
   three nodes are onboarded once (printed as the preparation);
@@ -49,6 +53,35 @@ PLAIN = """---
       ansible.builtin.command: /bin/true
       changed_when: false
 """
+
+
+RECAP = re.compile(r"^(\S+)\s+: ok=(\d+)\s+changed=\d+\s+unreachable=\d+\s+failed=(\d+)\s+skipped=(\d+)", re.M)
+
+
+def task_results(output):
+    """Task results per host (ok, failed and skipped) from the PLAY RECAP: the tasks the play ran or
+    evaluated for that host."""
+    return dict((m.group(1), int(m.group(2)) + int(m.group(3)) + int(m.group(4))) for m in RECAP.finditer(output))
+
+
+def shape_playbook(folder, tasks, node_runs):
+    """A plain play of the given shape: per host `tasks` tasks, `node_runs` of them a command on the
+    node (one SSH round trip each), spread evenly, the others a debug message on the control host.
+    It measures what ansible-core itself costs for a play of that shape."""
+    every = max(1, tasks // max(1, node_runs))
+    body = []
+    for i in range(tasks):
+        if node_runs and i % every == every - 1 and sum(1 for t in body if "command" in t) < node_runs:
+            body.append("    - name: Node task %d\n      ansible.builtin.command: /bin/true\n"
+                        "      changed_when: false\n" % i)
+        else:
+            body.append("    - name: Control task %d\n      ansible.builtin.debug:\n"
+                        "        msg: \"{{ inventory_hostname }} %d\"\n" % (i, i))
+    path = os.path.join(folder, "shape.yml")
+    with open(path, "w") as fh:
+        fh.write("---\n- name: Plain play of the onboarding rerun's shape\n  hosts: all\n"
+                 "  gather_facts: false\n  tasks:\n" + "".join(body))
+    return path
 
 
 def ssh_wrapper(folder):
@@ -118,9 +151,12 @@ def run(playbook, hosts, wrapper, log, extra=None, tags=None, forks=None):
     if os.path.exists(log):
         with open(log) as fh:
             calls = sum(1 for _ in fh)
-    return took, calls, ssh_by_task(res.stdout)
+    by_task = ssh_by_task(res.stdout)
+    by_task[RESULTS] = task_results(res.stdout)
+    return took, calls, by_task
 
 
+RESULTS = "(task results per host)"
 TASK = re.compile(r"^(?:TASK|RUNNING HANDLER) \[(.*)\]")
 EXEC = re.compile(r"^<([^>]+)> SSH: EXEC ")
 
@@ -144,7 +180,7 @@ def ssh_by_task(output):
 
 def print_tasks(phase, counts, hosts):
     """What each SSH invocation of the phase was for, per node (the most a node needed)."""
-    rows = [(max(per.values()), task) for task, per in counts.items()]
+    rows = [(max(per.values()), task) for task, per in counts.items() if task != RESULTS]
     total = sum(n for n, _ in rows)
     print("  %s, %d node(s): %d SSH invocations on the busiest node per task, summed over %d tasks" % (
         phase, len(hosts), total, len(rows)))
@@ -166,6 +202,7 @@ def main():
     sizes = [int(s) for s in args.sizes.split(",")]
     work, wrapper, log, plain, records = workspace()
     results = []
+    shape = shaped = None
     try:
         if "onboard" in phases or "validate" in phases:
             prepare(wrapper, log)
@@ -182,6 +219,12 @@ def main():
                                  "preflight record (records/wave1/preflight.json)")
                     row.update(onboard_s=round(t, 2), onboard_ssh=calls)
                     print_tasks("onboard", by_task, hosts)
+                    if shape is None:
+                        shape = (max(by_task[RESULTS].values()), calls // size)
+                        shaped = shape_playbook(work, *shape)
+                        print("  same-shape plain play: %d tasks per node, %d of them a command on the node"
+                              % shape, flush=True)
+                    row["shape_s"] = round(run(shaped, hosts, wrapper, log)[0], 2)
                 if "validate" in phases:
                     ev = {"validate_hosts": "owned", "validate_wave": "bench", "validate_matrix": MATRIX,
                           "hgpu_lab_records_dir": records, "validate_baseline_runs": 1,
@@ -211,6 +254,8 @@ def print_row(row):
             parts.append("%s %.1fs = %.1fx baseline, %.1fs and %.0f ssh per node" % (
                 phase, row[phase + "_s"], row[phase + "_s"] / row["baseline_s"],
                 row[phase + "_s"] / n, row[phase + "_ssh"] / n))
+        if phase == "onboard" and "shape_s" in row:
+            parts.append("same-shape plain play %.1fs" % row["shape_s"])
     print("; ".join(parts), flush=True)
 
 
@@ -219,9 +264,12 @@ def print_growth(results, phases):
         return
     first, last = results[0], results[-1]
     for phase in [p for p in ("onboard", "validate") if p in phases]:
-        print("%s: %d -> %d nodes, wall time x%.2f (baseline x%.2f), ssh calls x%.2f" % (
+        shape = ""
+        if phase == "onboard" and "shape_s" in first:
+            shape = ", same-shape plain play x%.2f" % (last["shape_s"] / first["shape_s"])
+        print("%s: %d -> %d nodes, wall time x%.2f (baseline x%.2f%s), ssh calls x%.2f" % (
             phase, first["nodes"], last["nodes"], last[phase + "_s"] / first[phase + "_s"],
-            last["baseline_s"] / first["baseline_s"], last[phase + "_ssh"] / max(1, first[phase + "_ssh"])))
+            last["baseline_s"] / first["baseline_s"], shape, last[phase + "_ssh"] / max(1, first[phase + "_ssh"])))
 
 
 LAB = os.path.join(ROOT, "tests", "lab", "lab")
@@ -263,6 +311,7 @@ def scale(sizes, json_out):
     work, wrapper, log, plain, records = workspace()
     forks = max(sizes)
     results = []
+    shape = shaped = None
     try:
         t, calls, _ = run(os.path.join("playbooks", "preflight.yml"), ["all"], wrapper, log, forks=forks,
                           extra={"preflight_wave": "wave_scale"})
@@ -285,8 +334,15 @@ def scale(sizes, json_out):
                             "onboard_%s_api" % kind: api_calls_since(marks)})
                 if kind == "first":
                     print_tasks("onboard (first run)", by_task, hosts)
+            if shape is None:
+                shape = (max(by_task[RESULTS].values()), row["onboard_rerun_ssh"] // size)
+                shaped = shape_playbook(work, *shape)
+                print("  same-shape plain play (the rerun's): %d tasks per node, %d of them a command on the node"
+                      % shape, flush=True)
+            row["shape_s"] = round(run(shaped, hosts, wrapper, log, forks=forks)[0], 2)
             results.append(row)
-            print("%d light node(s): baseline %.1fs (%d ssh)" % (size, base_t, base_calls), flush=True)
+            print("%d light node(s): baseline %.1fs (%d ssh), same-shape plain play %.1fs" % (
+                size, base_t, base_calls, row["shape_s"]), flush=True)
             for kind in ("first", "rerun"):
                 t = row["onboard_%s_s" % kind]
                 print("  onboard %-5s %6.1fs = %5.1fx baseline, %.2fs, %.1f ssh and %.1f API calls per node" % (
@@ -299,9 +355,11 @@ def scale(sizes, json_out):
         for last in results[1:]:
             for kind in ("first", "rerun"):
                 print("onboard %s: %d -> %d nodes, wall time x%.2f (target 2.5 at 3 -> 24; linear x%.1f), "
-                      "baseline x%.2f" % (kind, first["nodes"], last["nodes"],
-                                          last["onboard_%s_s" % kind] / first["onboard_%s_s" % kind],
-                                          last["nodes"] / first["nodes"], last["baseline_s"] / first["baseline_s"]))
+                      "baseline x%.2f, same-shape plain play x%.2f" % (
+                          kind, first["nodes"], last["nodes"],
+                          last["onboard_%s_s" % kind] / first["onboard_%s_s" % kind],
+                          last["nodes"] / first["nodes"], last["baseline_s"] / first["baseline_s"],
+                          last["shape_s"] / first["shape_s"]))
     if json_out:
         with open(json_out, "w") as fh:
             json.dump(results, fh, indent=2)
