@@ -37,6 +37,11 @@ def up(args):
     gone = nodes.remove_light_nodes(args.owned)
     if gone:
         log("removed light owned nodes: " + " ".join(gone))
+    # Their manifests and removal states (also of light nodes an earlier run removed) describe
+    # containers that are gone: they move to records/retired/ as a made-afresh node's do.
+    retired = nodes.retire_records(nodes.recorded_light_nodes(args.owned))
+    if retired:
+        log("records of removed light owned nodes moved to records/retired/: %d nodes" % len(retired))
     if config.light_count() != args.owned:
         util.write_if_changed(config.path("light-nodes"), "%d\n" % args.owned)
     nodes.write_ssh_config()

@@ -425,6 +425,20 @@ def remove_light_nodes(keep):
     return extra
 
 
+def recorded_light_nodes(keep):
+    """Light owned nodes past the first `keep` that the lab's records still hold a manifest or a
+    removal state of: their containers are gone (or going), so those records describe nothing."""
+    wanted = {n["name"] for n in config.light_nodes(keep)}
+    records = os.path.join(config.ROOT, "records")
+    names = set()
+    for sub, suffix in (("manifests", ".json"), ("manifests", ".html"), ("removals", "")):
+        folder = os.path.join(records, sub)
+        for entry in (os.listdir(folder) if os.path.isdir(folder) else []):
+            if entry.endswith(suffix):
+                names.add(entry[:len(entry) - len(suffix)] if suffix else entry)
+    return sorted(name for name in names if is_light(name) and name not in wanted)
+
+
 def remove_nodes():
     names = lab_containers()
     if names:

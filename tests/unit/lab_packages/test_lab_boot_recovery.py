@@ -115,3 +115,20 @@ def test_a_node_made_afresh_leaves_its_earlier_records_behind(tmp_path, monkeypa
     (stamp,) = (records / "retired").iterdir()
     assert sorted(p.name for p in (stamp / "manifests").iterdir()) == ["owned-a100-2.html", "owned-a100-2.json"]
     assert (stamp / "removals" / "owned-a100-2" / "CHG-1.json").exists()
+
+
+def test_the_records_of_removed_light_nodes_are_retired(tmp_path, monkeypatch):
+    monkeypatch.setattr(nodes.config, "ROOT", str(tmp_path))
+    records = tmp_path / "records"
+    (records / "manifests").mkdir(parents=True)
+    (records / "removals" / "owned-light-03").mkdir(parents=True)
+    for name in ("owned-a100-1", "owned-light-01", "owned-light-02", "owned-light-03"):
+        (records / "manifests" / (name + ".json")).write_text('{"node": "%s"}' % name)
+        (records / "manifests" / (name + ".html")).write_text("<html></html>")
+    assert nodes.recorded_light_nodes(1) == ["owned-light-02", "owned-light-03"]
+    assert nodes.recorded_light_nodes(3) == []
+    assert nodes.retire_records(nodes.recorded_light_nodes(1)) == ["owned-light-02", "owned-light-03"]
+    assert sorted(p.name for p in (records / "manifests").iterdir()) == [
+        "owned-a100-1.html", "owned-a100-1.json", "owned-light-01.html", "owned-light-01.json"]
+    assert list((records / "removals").iterdir()) == []
+    assert nodes.recorded_light_nodes(0) == ["owned-light-01"]
