@@ -5,6 +5,10 @@
 
 from __future__ import annotations
 
+# Documentation only: the action plugin of the same name (plugins/action/node_join_step.py) runs
+# the task. It declares supports_check_mode (_supports_check_mode = True) and hands the task's
+# check mode to the module it runs on the node.
+
 DOCUMENTATION = r"""
 module: node_join_step
 short_description: Run the node-side step of a node's join method, whichever method its group uses
