@@ -8,7 +8,9 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 LAB := $(BIN)/python tests/lab/lab
-export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
+# The lab's Ansible configuration (its inventory; host keys checked against the known_hosts
+# `lab up` writes). The repository-root ansible.cfg is the estate's and AWX's.
+export ANSIBLE_CONFIG := $(CURDIR)/tests/lab/ansible.cfg
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
 .PHONY: all venv collection-link lab-up lab-down lab-status demo test unit conformance \
@@ -27,7 +29,7 @@ $(VENV)/.stamp: requirements.txt requirements-test.txt requirements-aws.txt
 
 venv: $(VENV)/.stamp collection-link
 
-# FQCN hybridgpu.fleet.* resolves to this checkout (ansible.cfg: collections_path).
+# FQCN hybridgpu.fleet.* resolves to this checkout (both ansible.cfg files: collections_path).
 collection-link:
 	@mkdir -p .collections/ansible_collections/hybridgpu
 	@ln -sfn ../../.. .collections/ansible_collections/hybridgpu/fleet

@@ -557,7 +557,14 @@ class Site:
             finally:
                 runner_base.cli_mounts = saved
         else:
-            result = ansible_runner.run(**kwargs)
+            # AWX applies the project's ansible.cfg (the job's working directory), never one the
+            # launching process names: a job on the host does not inherit this ANSIBLE_CONFIG.
+            saved_config = os.environ.pop("ANSIBLE_CONFIG", None)
+            try:
+                result = ansible_runner.run(**kwargs)
+            finally:
+                if saved_config is not None:
+                    os.environ["ANSIBLE_CONFIG"] = saved_config
         job.status, job.rc = result.status, result.rc
         job.events = list(result.events)
         job.stdout = "".join(e.get("stdout", "") + "\n" for e in job.events if e.get("stdout"))

@@ -41,7 +41,7 @@ def lab_lock(lab):
 
 def playbook(name, *args, extra=None, tmp_path=None, timeout=900):
     env = dict(os.environ, PATH=os.path.join(ROOT, ".venv", "bin") + os.pathsep + os.environ["PATH"],
-               ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"), ANSIBLE_NOCOLOR="1",
+               ANSIBLE_CONFIG=os.path.join(ROOT, "tests", "lab", "ansible.cfg"), ANSIBLE_NOCOLOR="1",
                ANSIBLE_FORCE_COLOR="0")
     cmd = ["ansible-playbook", os.path.join(ROOT, "playbooks", name), *args]
     if extra is not None:

@@ -29,7 +29,7 @@ RECORDS = os.path.join(ROOT, "records", "manifests")
 
 def playbook(*args, extra=None, tmp_path=None, timeout=900):
     env = dict(os.environ, PATH=os.path.join(ROOT, ".venv", "bin") + os.pathsep + os.environ["PATH"],
-               ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"), ANSIBLE_NOCOLOR="1",
+               ANSIBLE_CONFIG=os.path.join(ROOT, "tests", "lab", "ansible.cfg"), ANSIBLE_NOCOLOR="1",
                ANSIBLE_FORCE_COLOR="0")
     cmd = ["ansible-playbook", PLAYBOOK, *args]
     if extra is not None:
@@ -62,7 +62,7 @@ def manifest(name):
 def onboarded(lab):
     # The onboarding gate reads the wave's preflight record; write it as a wave does.
     env = dict(os.environ, PATH=os.path.join(ROOT, ".venv", "bin") + os.pathsep + os.environ["PATH"],
-               ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"), ANSIBLE_NOCOLOR="1")
+               ANSIBLE_CONFIG=os.path.join(ROOT, "tests", "lab", "ansible.cfg"), ANSIBLE_NOCOLOR="1")
     pre = subprocess.run(["ansible-playbook", os.path.join(ROOT, "playbooks", "preflight.yml"), "-e", "preflight_wave=wave1"],
                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=900, check=False)
     assert pre.returncode == 0, pre.stdout[-6000:] + pre.stderr[-2000:]

@@ -209,7 +209,7 @@ def test_operator_playbook_moves_a_slurm_job(overflow_lab, tmp_path):
     # the playbook moves the user's job by Slurm's job ID
     with queued_slurm_job("pb") as (q, job_id):
         env = dict(os.environ, PATH=os.path.join(ROOT, ".venv", "bin") + os.pathsep + os.environ["PATH"],
-                   ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"))
+                   ANSIBLE_CONFIG=os.path.join(ROOT, "tests", "lab", "ansible.cfg"))
         extra = {"overflow_jobs": [job_id], "overflow_records": str(tmp_path), "overflow_wait_s": 120}
         res = subprocess.run(["ansible-playbook", "playbooks/overflow_move.yml", "-e", json.dumps(extra)],
                              cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=False)
@@ -225,7 +225,7 @@ def test_safe_drills_playbook_on_the_lab(overflow_lab, tmp_path):
     drill script does not run."""
     from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow import drills
     env = dict(os.environ, PATH=os.path.join(ROOT, ".venv", "bin") + os.pathsep + os.environ["PATH"],
-               ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"))
+               ANSIBLE_CONFIG=os.path.join(ROOT, "tests", "lab", "ansible.cfg"))
     extra = {"overflow_drill_out": str(tmp_path / "drill"), "overflow_drill_failures": list(drills.SAFE_NAMES),
              "overflow_drill_poll_s": 2, "overflow_drill_timeout_s": 300}
     res = subprocess.run(["ansible-playbook", "playbooks/overflow_drill.yml", "-e", json.dumps(extra)],

@@ -33,7 +33,7 @@ CLOCK_ENV = {"LD_PRELOAD": FAKETIME_LIB, "FAKETIME": "+%ds" % CLOCK_SHIFT_S, "DO
 
 def run_preflight(records, *extra, timeout=600):
     env = dict(os.environ, PATH=os.path.join(ROOT, ".venv", "bin") + os.pathsep + os.environ["PATH"],
-               ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"))
+               ANSIBLE_CONFIG=os.path.join(ROOT, "tests", "lab", "ansible.cfg"))
     cmd = ["ansible-playbook", PLAYBOOK, "-e", "preflight_records_dir=%s" % records]
     for item in extra:
         cmd += ["-e", item]
@@ -56,7 +56,7 @@ def _agent_version(version):
 
 def _node_kubelet(name):
     env = dict(os.environ, PATH=os.path.join(ROOT, ".venv", "bin") + os.pathsep + os.environ["PATH"],
-               ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"))
+               ANSIBLE_CONFIG=os.path.join(ROOT, "tests", "lab", "ansible.cfg"))
     res = subprocess.run(["ansible", "localhost", "-c", "local", "-m", "hybridgpu.fleet.k8s_node_info",
                           "-a", "kubeconfig=%s/.lab/k8s/kubeconfig context=cloud name=%s" % (ROOT, name),
                           "-o"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60, check=False)
@@ -202,7 +202,7 @@ def test_rerun_gives_same_verdicts(faulted, tmp_path):
 def _gpu_facts(name):
     """gpu_facts on a lab node, ad hoc (one module run, the way preflight and validation call it)."""
     env = dict(os.environ, PATH=os.path.join(ROOT, ".venv", "bin") + os.pathsep + os.environ["PATH"],
-               ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"))
+               ANSIBLE_CONFIG=os.path.join(ROOT, "tests", "lab", "ansible.cfg"))
     res = subprocess.run(["ansible", name, "-m", "hybridgpu.fleet.gpu_facts", "-o"], cwd=ROOT, env=env,
                          capture_output=True, text=True, timeout=120, check=False)
     assert res.returncode == 0, res.stdout + res.stderr

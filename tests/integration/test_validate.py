@@ -109,7 +109,7 @@ def playbook(records_dir, *extra, limit=None, tags=None, extra_vars=None):
     if tags:
         cmd += ["--tags", tags]
     cmd += list(extra)
-    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"),
+    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(ROOT, "tests", "lab", "ansible.cfg"),
                PATH=os.path.join(ROOT, ".venv", "bin") + os.pathsep + os.environ["PATH"])
     return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900, check=False)
 
@@ -500,7 +500,7 @@ def test_baseline_run_writes_group_files(joined, records):
 def test_wave_record_links_node_records(joined, records):
     res = playbook(records, extra_vars={"validate_steps": ["inventory"], "validate_wave": "wave1"})
     assert res.returncode == 0, res.stdout[-6000:]
-    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"),
+    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(ROOT, "tests", "lab", "ansible.cfg"),
                PATH=os.path.join(ROOT, ".venv", "bin") + os.pathsep + os.environ["PATH"])
     cmd = [os.path.join(ROOT, ".venv", "bin", "ansible-playbook"), "playbooks/wave_record.yml",
            "-e", json.dumps({"wave": "wave1", "hgpu_lab_records_dir": records})]

@@ -87,7 +87,7 @@ def playbook(step, name, *extra):
     cmd = [os.path.join(BIN, "ansible-playbook"), os.path.join(ROOT, "playbooks", name)]
     for item in extra:
         cmd += ["-e", item]
-    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"), ANSIBLE_NOCOLOR="1",
+    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(ROOT, "tests", "lab", "ansible.cfg"), ANSIBLE_NOCOLOR="1",
                PATH=BIN + os.pathsep + os.environ.get("PATH", ""), PYTHONUNBUFFERED="1")
     progress = Progress(step, planned_tasks(cmd, env))
     start = time.monotonic()

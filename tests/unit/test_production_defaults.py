@@ -145,3 +145,62 @@ def test_destructive_playbooks_target_nothing_unless_told(lab_inventory):
     assert "hgpu_no_target_given" not in names
     assert not bad, "destructive playbooks that target hosts without being told:\n" + "\n".join(bad)
     assert not cleared, "remove from TARGET_STILL_TO_CLEAR: %s" % ", ".join(cleared)
+
+
+def _ssh_command(folder, config_file, inventory="127.0.0.1,", host="all"):
+    """The SSH command ansible runs for ``host`` under ``config_file`` (from -vvv), sent to a local
+    port where nothing listens."""
+    res = subprocess.run([os.path.join(BIN, "ansible"), "-i", inventory, host, "-m", "ping", "-vvv",
+                          "-e", "ansible_host=127.0.0.1", "-e", "ansible_port=9", "-e", "ansible_user=nobody"],
+                         capture_output=True, text=True, timeout=120, check=False, cwd=ROOT,
+                         env=dict(os.environ, ANSIBLE_CONFIG=config_file, ANSIBLE_SSH_RETRIES="0",
+                                  ANSIBLE_SSH_CONTROL_PATH_DIR=str(folder)))
+    lines = [ln for ln in (res.stdout + res.stderr).splitlines() if "SSH: EXEC ssh " in ln]
+    assert lines, res.stdout + res.stderr
+    return lines[0]
+
+
+def test_the_repository_configuration_checks_host_keys_and_names_no_inventory(tmp_path):
+    """The root ansible.cfg is what an estate's runs and AWX (the repository is its project) use:
+    an SSH host whose key is unknown or different is refused, and no inventory is implied."""
+    import configparser  # pylint: disable=import-outside-toplevel
+    cfg = configparser.ConfigParser(interpolation=None)
+    cfg.read(os.path.join(ROOT, "ansible.cfg"))
+    assert cfg.getboolean("defaults", "host_key_checking") is True
+    assert not cfg.has_option("defaults", "inventory")
+    with open(os.path.join(ROOT, "ansible.cfg")) as fh:
+        text = fh.read()
+    assert "inventories/lab" not in text and "hosts.yml" not in text
+    command = _ssh_command(tmp_path, os.path.join(ROOT, "ansible.cfg"))
+    assert "StrictHostKeyChecking=yes" in command, command
+    assert "StrictHostKeyChecking=no" not in command and "/dev/null" not in command, command
+    assert "UserKnownHostsFile" not in command, command
+    dump = subprocess.run([os.path.join(BIN, "ansible-config"), "dump", "--only-changed"], capture_output=True,
+                          text=True, timeout=120, check=False, cwd=ROOT,
+                          env=dict(os.environ, ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg")))
+    assert dump.returncode == 0, dump.stderr
+    assert re.search(r"^HOST_KEY_CHECKING\(.*\) = True$", dump.stdout, re.M), dump.stdout
+    assert not re.search(r"^DEFAULT_HOST_LIST\(", dump.stdout, re.M), dump.stdout
+
+
+def test_the_lab_configuration_is_the_labs_and_checks_host_keys(lab_inventory, tmp_path):
+    """The lab's settings live with the lab (tests/lab/ansible.cfg, selected by the Makefile): its
+    inventory, and host keys checked against the known_hosts file `lab up` writes."""
+    import configparser  # pylint: disable=import-outside-toplevel
+    lab_cfg = os.path.join(ROOT, "tests", "lab", "ansible.cfg")
+    cfg = configparser.ConfigParser(interpolation=None)
+    cfg.read(lab_cfg)
+    assert os.path.normpath(os.path.join(os.path.dirname(lab_cfg), cfg.get("defaults", "inventory"))) == \
+        os.path.join(ROOT, "inventories", "lab", "hosts.yml")
+    assert cfg.getboolean("defaults", "host_key_checking") is True
+    with open(os.path.join(ROOT, "Makefile")) as fh:
+        assert re.search(r"^export ANSIBLE_CONFIG := \$\(CURDIR\)/tests/lab/ansible\.cfg$", fh.read(), re.M)
+    sys.path.insert(0, os.path.join(ROOT, "tests", "lab"))
+    try:
+        from lablib import nodes  # pylint: disable=import-outside-toplevel
+    finally:
+        sys.path.remove(os.path.join(ROOT, "tests", "lab"))
+    command = _ssh_command(tmp_path, lab_cfg, lab_inventory, "owned-a100-1")
+    assert "UserKnownHostsFile=%s" % nodes.known_hosts_path() in command, command
+    assert "StrictHostKeyChecking=yes" in command and "StrictHostKeyChecking=no" not in command, command
+    assert "/dev/null" not in command, command

@@ -111,6 +111,8 @@ def up(args):
     log("lab up done in %.1fs (%s: image %s, %d/%d nodes created or started)" % (
         total, kind, "built" if built else "cached", created, len(config.all_nodes())))
     log("inventory: %s   ssh: ssh -F %s owned-a100-1" % (config.INVENTORY, config.path("ssh", "config")))
+    log("ansible: ANSIBLE_CONFIG=%s (the lab's inventory; host keys checked against %s)"
+        % (os.path.join(config.LAB_SRC, "ansible.cfg"), nodes.known_hosts_path()))
     return 0
 
 

@@ -1,12 +1,13 @@
 """inventories/lab/hosts.yml, generated (absolute paths, so it works from any checkout)."""
 import json
 import os
+import shlex
 import shutil
 
 import yaml
 
 from . import config
-from .nodes import key_path
+from .nodes import key_path, known_hosts_path
 from .util import write_if_changed
 
 
@@ -55,6 +56,11 @@ def write_light_site(light):
     return write_if_changed(os.path.join(dest, "paths.yml"), text)
 
 
+def ssh_common_args():
+    """The SSH options of every lab host: its key is checked against the lab's known_hosts."""
+    return "-o %s -o StrictHostKeyChecking=yes" % shlex.quote("UserKnownHostsFile=" + known_hosts_path())
+
+
 def render():
     by_group = {}
     for n in config.all_nodes():
@@ -69,7 +75,10 @@ def render():
              # so `-e hgpu_lab_records_dir=...` still moves every record of a run.
              "    hgpu_records_dir: %s" % _q("{{ hgpu_lab_records_dir }}"),
              # Lab-only tools (overflow drill, lab workload): absolute, from this checkout.
-             "    hgpu_lab_src_dir: %s" % _q(config.LAB_SRC)]
+             "    hgpu_lab_src_dir: %s" % _q(config.LAB_SRC),
+             # SSH checks every lab host's key against the known_hosts file `lab up` writes from
+             # inside each host (nodes.record_host_keys); an unknown or changed key is refused.
+             "    ansible_ssh_common_args: %s" % _q(ssh_common_args())]
     if config.light_count():
         # The light nodes' site folder (write_light_site): the lab's inputs, their path table.
         lines.append("    hgpu_site_dir: %s" % _q(light_site_dir()))
