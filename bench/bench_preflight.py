@@ -20,7 +20,7 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENV = dict(os.environ, PATH=os.path.join(ROOT, ".venv", "bin") + os.pathsep + os.environ["PATH"],
-           ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"))
+           ANSIBLE_CONFIG=os.path.join(ROOT, "tests", "lab", "ansible.cfg"))
 HOSTS = {"owned-a100-1": "10.213.77.11", "owned-a100-2": "10.213.77.12", "owned-l40s-1": "10.213.77.13",
          "cloud-h200-1": "10.213.77.21", "cloud-h200-2": "10.213.77.22"}
 EXEC = re.compile(r"<(10\.213\.77\.\d+)> SSH: EXEC")

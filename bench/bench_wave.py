@@ -139,7 +139,7 @@ def run(playbook, hosts, wrapper, log, extra=None, tags=None, forks=None):
         cmd += ["-e", json.dumps(extra)]
     if tags:
         cmd += ["--tags", tags]
-    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"),
+    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(ROOT, "tests", "lab", "ansible.cfg"),
                ANSIBLE_SSH_EXECUTABLE=wrapper,
                PATH=os.path.join(ROOT, ".venv", "bin") + os.pathsep + os.environ["PATH"])
     start = time.monotonic()
