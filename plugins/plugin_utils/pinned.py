@@ -13,9 +13,19 @@ choose them. They come from, in this order:
    extra vars (``-e``, AWX launch variables and survey answers) are what a launcher controls
    and they override inventory values.
 
+The access boundary is found at a pinned path too: /etc/hybridgpu/boundary.yml in the execution
+environment when it exists (owned by root, not writable by group or others), else the inventory
+variable ``hgpu_boundary_path``. The action plugin passes it to the module; a task cannot.
+
 The ledger of used change ids lives under the inventory's records folder
 (``hgpu_records_dir``, refused as an extra var, else ./records where ansible-playbook started),
 so a launcher cannot point a replay at an empty ledger.
+
+Every variable that carries trust (the pinned settings above, the boundary and records folders a
+playbook could be pointed at, and what a destructive play derives from a verified record: the
+approval, the plan, the phases done, the state files, the member's keys and objects, the home
+folders) is refused when it is an extra var, by every action plugin that uses this module, so
+``-e`` together with ``--start-at-task`` cannot stand in for a verification that did not run.
 
 The executor of an AWX job is the AWX user name AWX injects (``awx_user_name``), not an
 answer of the launcher.
@@ -33,9 +43,27 @@ from ansible.utils.vars import load_extra_vars
 
 PINNED_FILE = "/etc/hybridgpu/boundary_signers"
 PINNED_VAR = "hgpu_boundary_signers"
+PINNED_BOUNDARY_FILE = "/etc/hybridgpu/boundary.yml"
+BOUNDARY_VAR = "hgpu_boundary_path"
 RECORDS_VAR = "hgpu_records_dir"
+AUDIT_KEY_VAR = "hgpu_audit_checkpoint_key"
 # Module options only the action plugin sets.
-PRIVATE_ARGS = ("boundary_signers", "awx_user", "ledger_dir", "approval", "done_at")
+PRIVATE_ARGS = ("boundary_signers", "boundary", "awx_user", "ledger_dir", "approval", "done_at")
+# Variables that carry trust: refused as extra vars (refuse_trust_extra_vars).
+TRUST_VARS = frozenset((
+    PINNED_VAR, BOUNDARY_VAR, RECORDS_VAR, AUDIT_KEY_VAR,
+    # boundaries and records folders a destructive playbook could be pointed at
+    "remove_boundary", "revoke_boundary", "upgrade_boundary",
+    "remove_records_dir", "revoke_records_dir", "upgrade_records_dir",
+    # what a destructive play derives from a verified change record
+    "remove_approval", "revoke_approval", "revoke_change", "revoke_keys", "revoke_objects",
+    "revoke_home_of", "revoke_homes", "revoke_bnd", "revoke_records", "revoke_audit_log",
+    "upgrade_approval", "upgrade_change", "upgrade_records", "upgrade_audit_log",
+    "drain_change", "common_audit_change",
+))
+# Prefixes of role variables that are the verified change, its plan and its state.
+TRUST_PREFIXES = ("node_removal_", "driver_upgrade_boundary", "driver_upgrade_record",
+                  "driver_upgrade_signature", "driver_upgrade_targets", "driver_upgrade_executor")
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
@@ -67,19 +95,49 @@ def _inventory_value(loader, templar, task_vars, name):
         raise AnsibleActionFail("%s cannot be read: %s; nothing was changed" % (name, exc))
 
 
+def trust_extra_vars(loader):
+    """The extra vars of this run that carry trust (TRUST_VARS, TRUST_PREFIXES), sorted."""
+    return sorted(name for name in load_extra_vars(loader)
+                  if name in TRUST_VARS or name.startswith(TRUST_PREFIXES))
+
+
+def refuse_trust_extra_vars(loader):
+    """Stop the task when an extra var carries trust: a verified record, its plan, its state, a
+    boundary or a records folder come from the inventory and the verified record, never -e."""
+    bad = trust_extra_vars(loader)
+    if bad:
+        raise AnsibleActionFail("%s given as an extra var; a launcher cannot supply what the change record, "
+                                "the pinned boundary and the records folder decide; nothing was changed"
+                                % ", ".join(bad))
+
+
+def _root_owned(path, what):
+    st = os.stat(path)
+    if st.st_uid != 0 or st.st_mode & 0o022:
+        raise AnsibleActionFail("%s must be owned by root and not writable by group or others "
+                                "(it pins %s); nothing was changed" % (path, what))
+
+
 def boundary_signers(loader, templar, task_vars, pinned_file=PINNED_FILE):
     """(allowed_signers text, where it came from); ('', None) when nothing is pinned."""
     if os.path.exists(pinned_file):
-        st = os.stat(pinned_file)
-        if st.st_uid != 0 or st.st_mode & 0o022:
-            raise AnsibleActionFail("%s must be owned by root and not writable by group or others "
-                                    "(it pins the boundary signers); nothing was changed" % pinned_file)
+        _root_owned(pinned_file, "the boundary signers")
         with open(pinned_file, "r", encoding="utf-8") as fh:
             return fh.read(), pinned_file
     text = _inventory_value(loader, templar, task_vars, PINNED_VAR)
     if text is None:
         return "", None
     return (text if isinstance(text, str) else ""), "inventory variable %s" % PINNED_VAR
+
+
+def boundary_path(loader, templar, task_vars, pinned_file=PINNED_BOUNDARY_FILE):
+    """The access boundary: /etc/hybridgpu/boundary.yml when it exists, else the inventory's
+    hgpu_boundary_path ('' when neither is set)."""
+    if os.path.exists(pinned_file):
+        _root_owned(pinned_file, "the access boundary")
+        return pinned_file
+    value = _inventory_value(loader, templar, task_vars, BOUNDARY_VAR)
+    return value if isinstance(value, str) else ""
 
 
 def ledger_dir(loader, templar, task_vars):
@@ -98,7 +156,9 @@ def awx_user(task_vars):
 
 
 def plain_args(action):
-    """The task's module args; refuses a task that sets an option only the action plugin sets."""
+    """The task's module args; refuses a run whose extra vars carry trust and a task that sets an
+    option only the action plugin sets."""
+    refuse_trust_extra_vars(action._loader)  # pylint: disable=protected-access
     args = dict(action._task.args)  # pylint: disable=protected-access
     given = [k for k in PRIVATE_ARGS if args.get(k) is not None]
     if given:
@@ -108,10 +168,12 @@ def plain_args(action):
 
 
 def module_args(action, task_vars):
-    """The task's module args plus the pinned signers, the ledger folder and the AWX user."""
+    """The task's module args plus the pinned signers, the pinned boundary, the ledger folder and
+    the AWX user."""
     args = plain_args(action)
     text, dummy = boundary_signers(action._loader, action._templar, task_vars)  # pylint: disable=protected-access
     args["boundary_signers"] = text
+    args["boundary"] = boundary_path(action._loader, action._templar, task_vars)  # pylint: disable=protected-access
     args["ledger_dir"] = ledger_dir(action._loader, action._templar, task_vars)  # pylint: disable=protected-access
     user = awx_user(task_vars)
     if user:
@@ -120,8 +182,8 @@ def module_args(action, task_vars):
 
 
 class PinnedArgsAction(ActionBase):
-    """An action plugin that runs its module with the pinned signers, the ledger folder and the
-    AWX user added to the task's arguments (module_args); nothing else."""
+    """An action plugin that runs its module with the pinned signers, the pinned boundary, the
+    ledger folder and the AWX user added to the task's arguments (module_args); nothing else."""
 
     def run(self, tmp=None, task_vars=None):
         task_vars = task_vars or {}

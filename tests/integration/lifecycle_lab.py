@@ -11,6 +11,7 @@ import sys
 import pytest
 
 from conftest import ROOT, ssh, wait_for_lock
+from lablib import config
 
 sys.path.insert(0, os.path.join(ROOT, "tests", "unit", "lifecycle"))
 import lifecycle_support as ls  # noqa: E402
@@ -39,7 +40,20 @@ def lab_lock(lab):
         fh.close()
 
 
-def playbook(name, *args, extra=None, tmp_path=None, timeout=900):
+def site_inventory(tmp_path, site_vars):
+    """An inventory beside the lab's that gives every lab node ``site_vars`` as host variables
+    (they win over the lab's group variables): the site settings a destructive playbook takes
+    only from the inventory, never as extra vars (the boundary path, the records folder)."""
+    path = os.path.join(str(tmp_path), "site-%d.json" % len(os.listdir(str(tmp_path))))
+    with open(path, "w") as fh:
+        json.dump({"all": {"hosts": {n["name"]: dict(site_vars) for n in config.NODES}}}, fh)
+    return ["-i", config.INVENTORY, "-i", path]
+
+
+def playbook(name, *args, extra=None, tmp_path=None, timeout=900, site=None):
+    """ansible-playbook NAME on the lab; ``site``: inventory variables for this run (site_inventory)."""
+    if site:
+        args = tuple(site_inventory(tmp_path, site)) + args
     env = dict(os.environ, PATH=os.path.join(ROOT, ".venv", "bin") + os.pathsep + os.environ["PATH"],
                ANSIBLE_CONFIG=os.path.join(ROOT, "tests", "lab", "ansible.cfg"), ANSIBLE_NOCOLOR="1",
                ANSIBLE_FORCE_COLOR="0")

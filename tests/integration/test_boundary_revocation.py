@@ -106,10 +106,10 @@ def objects_left(cluster):
 
 def revoke(member, record, **extra):
     ev = {"revoke_member": "test-member", "revoke_executor": "ops-lead", "revoke_hosts": NODE,
-          "revoke_boundary": member["appr"]["boundary"], "change_record_path": record,
-          "revoke_ssh_proof_key": member["key"], "revoke_records_dir": str(member["tmp"] / "records")}
+          "change_record_path": record, "revoke_ssh_proof_key": member["key"]}
     ev.update(extra)
-    return playbook("revoke_member.yml", extra=ev, tmp_path=member["tmp"])
+    return playbook("revoke_member.yml", extra=ev, tmp_path=member["tmp"],
+                    site={"hgpu_boundary_path": member["appr"]["boundary"], "hgpu_records_dir": str(member["tmp"] / "records")})
 
 
 def test_every_path_of_a_revoked_member_is_denied(member):

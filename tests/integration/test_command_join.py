@@ -99,9 +99,8 @@ def test_second_onboarding_leaves_the_installer_alone(joined):
 
 
 def remove(tmp, appr, rec, record):
-    ev = {"remove_targets": NODE, "remove_executor": "ops-lead", "remove_boundary": appr["boundary"],
-          "change_record_path": record, "remove_records_dir": rec}
-    return playbook("remove.yml", extra=ev, tmp_path=tmp)
+    ev = {"remove_targets": NODE, "remove_executor": "ops-lead", "change_record_path": record}
+    return playbook("remove.yml", extra=ev, tmp_path=tmp, site={"hgpu_boundary_path": appr["boundary"], "hgpu_records_dir": rec})
 
 
 def test_removal_reverses_the_command_join(joined):

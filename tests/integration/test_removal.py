@@ -123,11 +123,10 @@ def retry_from_node(cert):
 
 
 def remove(setup, record, *args, **extra):
-    ev = {"remove_targets": NODE, "remove_executor": "ops-lead",
-          "remove_boundary": setup["appr"]["boundary"], "change_record_path": record,
-          "remove_records_dir": setup["rec"]}
+    ev = {"remove_targets": NODE, "remove_executor": "ops-lead", "change_record_path": record}
     ev.update(extra)
-    return playbook("remove.yml", *args, extra=ev, tmp_path=setup["tmp"])
+    return playbook("remove.yml", *args, extra=ev, tmp_path=setup["tmp"],
+                    site={"hgpu_boundary_path": setup["appr"]["boundary"], "hgpu_records_dir": setup["rec"]})
 
 
 def events_of(setup):

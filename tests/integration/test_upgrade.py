@@ -120,11 +120,11 @@ def setup(lab_lock, tmp_path_factory):
 def upgrade(setup, record):
     # Step 5 reads the lab's Prometheus; step 3 compares with the declared baselines.
     ev = {"upgrade_target": NODE, "upgrade_executor": "ops-oncall",
-          "upgrade_boundary": setup["appr"]["boundary"], "change_record_path": record,
-          "upgrade_records_dir": setup["rec"], "upgrade_validate_matrix": MATRIX,
+          "change_record_path": record, "upgrade_validate_matrix": MATRIX,
           "upgrade_preflight_record": os.path.join(setup["rec"], "wave1", "preflight.json"),
           "validate_prometheus_url": "http://127.0.0.1:9090", "validate_nccl_baselines": BASELINES}
-    return playbook("upgrade_rehearsal.yml", extra=ev, tmp_path=setup["tmp"])
+    return playbook("upgrade_rehearsal.yml", extra=ev, tmp_path=setup["tmp"],
+                    site={"hgpu_boundary_path": setup["appr"]["boundary"], "hgpu_records_dir": setup["rec"]})
 
 
 @pytest.mark.parametrize("case", ["unsigned", "expired", "wrong_target"])

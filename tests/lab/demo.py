@@ -29,11 +29,13 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(ROOT, "tests", "unit", "lifecycle"))
 import lifecycle_support as approvals  # noqa: E402  (keys, boundary with keys, signed records)
+import yaml  # noqa: E402
 
 BIN = os.path.dirname(sys.executable)
 RECORDS = os.path.join(ROOT, "records")
 LOGS = os.path.join(RECORDS, "demo")
 DEMO_DIR = os.path.join(ROOT, ".lab", "demo")
+INVENTORY = os.path.join(ROOT, "inventories", "lab", "hosts.yml")
 
 
 TASK_RE = re.compile(r"^(TASK|RUNNING HANDLER) \[(.*)\]")
@@ -79,12 +81,28 @@ class Progress:
                 self.step, self.tasks, total, self.node, self.task, time.monotonic() - self.start)
 
 
-def playbook(step, name, *extra):
+def site_inventory(boundary):
+    """The lab's inventory plus one that gives every host the demo's boundary (hgpu_boundary_path
+    is a site setting the destructive playbooks take only from the inventory)."""
+    def names(group):
+        found = list((group.get("hosts") or {}))
+        for child in (group.get("children") or {}).values():
+            found += names(child or {})
+        return found
+    with open(INVENTORY) as fh:
+        hosts = names(yaml.safe_load(fh)["all"])
+    path = os.path.join(DEMO_DIR, "site.json")
+    with open(path, "w") as fh:
+        json.dump({"all": {"hosts": {h: {"hgpu_boundary_path": boundary} for h in hosts}}}, fh)
+    return ["-i", INVENTORY, "-i", path]
+
+
+def playbook(step, name, *extra, site=()):
     """Run one playbook, log to records/demo/<step>.log with a live line on the terminal,
     return (ok, seconds, log path)."""
     os.makedirs(LOGS, exist_ok=True)
     log = os.path.join(LOGS, "%s.log" % step)
-    cmd = [os.path.join(BIN, "ansible-playbook"), os.path.join(ROOT, "playbooks", name)]
+    cmd = [os.path.join(BIN, "ansible-playbook"), os.path.join(ROOT, "playbooks", name), *site]
     for item in extra:
         cmd += ["-e", item]
     env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(ROOT, "tests", "lab", "ansible.cfg"), ANSIBLE_NOCOLOR="1",
@@ -202,13 +220,13 @@ def main():
     upgrade = signed_record("upgrade.yml", "driver_upgrade", args.spare, "ops-oncall", "ops-lead")
     results["upgrade rehearsal"] = playbook(
         "upgrade", "upgrade_rehearsal.yml", "upgrade_target=%s" % args.spare, "upgrade_executor=ops-oncall",
-        "upgrade_boundary=%s" % boundary, "change_record_path=%s" % upgrade,
-        "validate_prometheus_url=http://127.0.0.1:9090")
+        "change_record_path=%s" % upgrade, "validate_prometheus_url=http://127.0.0.1:9090",
+        site=site_inventory(boundary))
 
     removal = signed_record("remove.yml", "remove", args.spare, "ops-lead", "sec-owner")
     results["removal rehearsal"] = playbook(
         "remove", "remove.yml", "remove_targets=%s" % args.spare, "remove_executor=ops-lead",
-        "remove_boundary=%s" % boundary, "change_record_path=%s" % removal)
+        "change_record_path=%s" % removal, site=site_inventory(boundary))
     # The rehearsal proved the exit; the node joins again so the estate stays whole.
     results["onboard the spare again"] = playbook(
         "reonboard", "onboard.yml", "onboard_wave=%s" % args.spare, "onboard_wave_name=wave1")

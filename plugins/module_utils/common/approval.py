@@ -31,7 +31,7 @@ import os
 
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import approval_page, schema as s
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.common.approval_signing import (
-    NAMESPACE, ApprovalError, read_text, sign_copy, verify_boundary, verify_signature)
+    NAMESPACE, ApprovalError, check_newest, read_text, sign_copy, verify_boundary, verify_signature)
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.common.boundary import ACTIONS, ID_PATTERN
 
 # Namespace of the security owner's signature over the boundary file (<boundary>.sig).
@@ -321,6 +321,8 @@ def gate(params, now=None):
     max_window_hours, require_executor (default true). Returns the approval summary (with
     ``ledger`` when ledger_dir is set)."""
     boundary = verify_boundary(params["boundary"], params.get("boundary_signers") or "", now)
+    if params.get("ledger_dir"):
+        check_newest(params["ledger_dir"], boundary, now)
     if params.get("record_path"):
         text = read_text(params["record_path"], "record")
         name = params["record_path"]

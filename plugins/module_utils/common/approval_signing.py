@@ -7,11 +7,14 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import datetime
+import hashlib
+import json
 import os
 import shutil
 import tempfile
 
-from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import cmd
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import cmd, files
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import schema as s
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.common.boundary import load_boundary_text
 
@@ -141,7 +144,50 @@ def verify_boundary(path, signers_text, now=None):
         problems.append("boundary: %s is not in force: %s" % (name, "; ".join(status["reasons"])))
     if problems:
         raise ApprovalError(problems)
+    boundary.sha256 = hashlib.sha256(data).hexdigest()
     return boundary
+
+
+# The newest boundary a records folder has trusted (beside the ledger of change ids).
+SEEN_FILE = "boundary-seen.json"
+
+
+def _stamp(value):
+    return value.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def check_newest(folder, boundary, now=None, check_mode=False):
+    """Refuse a verified boundary older than the newest one this records folder has trusted.
+
+    ``folder`` is the ledger folder (<records>/approvals). The first boundary trusted, and each
+    newer one, is recorded there (its signed_at, SHA-256 and when it was first used); a boundary
+    signed earlier than the one recorded is refused, so a rotated-out approver's key cannot come
+    back with an older signed copy. The security owner gives every new version a later signed_at
+    (it is part of the signed bytes). Returns the record of the newest boundary."""
+    now = now or datetime.datetime.now(datetime.timezone.utc)
+    sig = boundary.doc["signature"]
+    signed_at = _stamp(sig["signed_at"].astimezone(datetime.timezone.utc))
+    path = os.path.join(folder, SEEN_FILE)
+    try:
+        text = files.read_text(path)
+        seen = json.loads(text) if text is not None else None
+    except (IOError, OSError, ValueError) as exc:
+        raise ApprovalError(["boundary: the record of the newest boundary trusted, %s, cannot be read (%s); "
+                             "nothing is trusted until it is restored" % (path, exc)])
+    mine = {"signed_at": signed_at, "sha256": getattr(boundary, "sha256", None), "file": boundary.filename}
+    if seen:
+        if signed_at < seen.get("signed_at", ""):
+            raise ApprovalError(["boundary: %s was signed at %s, before the newest boundary already trusted here "
+                                 "(signed at %s, first used at %s, %s); an older boundary may list approvers "
+                                 "whose keys were rotated out" % (boundary.filename, signed_at, seen.get("signed_at"),
+                                                                   seen.get("first_used_at"), path)])
+        if signed_at <= seen.get("signed_at", ""):
+            return seen
+    mine["first_used_at"] = _stamp(now)
+    if not check_mode:
+        os.makedirs(folder, mode=0o700, exist_ok=True)
+        files.write(path, json.dumps(mine, indent=2, sort_keys=True) + "\n", mode=0o600)
+    return mine
 
 
 def read_text(path, what):

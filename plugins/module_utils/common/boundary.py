@@ -261,7 +261,7 @@ def _cross_check(doc, filename):
         ref("audit.readers[%d]" % i, pid)
     sig = doc["signature"]
     if sig["signed"]:
-        for key in ("signer", "signed_at"):
+        for key in ("signer", "signed_at", "expires"):
             if sig.get(key) is None:
                 errors.append("%s: signature.%s: is required when signed is true" % (filename, key))
         if sig.get("signer"):

@@ -123,8 +123,9 @@ def play(people, tmp_path, task_args, extra_vars=None, tags=None):
     inventory = tmp_path / "inventory.yml"
     inventory.write_text(yaml.safe_dump({"all": {"hosts": {"localhost": {
         "ansible_connection": "local", "ansible_python_interpreter": sys.executable}},
-        "vars": {"hgpu_boundary_signers": people["signers"], "hgpu_records_dir": str(tmp_path / "records")}}}))
-    args = dict({"package": "bash", "package_pattern": "bash", "hold": False, "boundary": people["boundary"],
+        "vars": {"hgpu_boundary_signers": people["signers"], "hgpu_records_dir": str(tmp_path / "records"),
+                 "hgpu_boundary_path": people["boundary"]}}}))
+    args = dict({"package": "bash", "package_pattern": "bash", "hold": False,
                  "executor": "ops-oncall", "targets": ["localhost"]}, **task_args)
     book = tmp_path / "book.yml"
     book.write_text(yaml.safe_dump([{"name": "p", "hosts": "localhost", "gather_facts": False, "tasks": [
@@ -183,7 +184,9 @@ def test_the_role_changes_packages_only_through_the_verifying_module():
     modules = {k for t in tasks for k in t if "." in k}
     assert not modules & {"ansible.builtin.apt", "ansible.builtin.dpkg_selections", "ansible.builtin.package"}
     change = [t for t in tasks if "hybridgpu.fleet.driver_package" in t]
-    assert len(change) == 1 and "boundary" in change[0]["hybridgpu.fleet.driver_package"]
+    # the boundary is the pinned one the action plugin finds, never a task argument
+    assert len(change) == 1 and "record_path" in change[0]["hybridgpu.fleet.driver_package"]
+    assert "boundary" not in change[0]["hybridgpu.fleet.driver_package"]
     with open(os.path.join(REPO, "playbooks", "upgrade_rehearsal.yml")) as fh:
         text = fh.read()
     assert "driver_upgrade_record_path: \"{{ change_record_path" in text

@@ -39,7 +39,8 @@ def run(people, tmp_path, record):
     inventory = tmp_path / "inventory.yml"
     inventory.write_text(yaml.safe_dump({"all": {"hosts": {"localhost": {
         "ansible_connection": "local", "ansible_python_interpreter": sys.executable}},
-        "vars": {"hgpu_boundary_signers": people["signers"], "hgpu_records_dir": str(tmp_path / "records")}}}))
+        "vars": {"hgpu_boundary_signers": people["signers"], "hgpu_records_dir": str(tmp_path / "records"),
+                 "hgpu_boundary_path": people["boundary"]}}}))
     path = tmp_path / "localhost.json"
     if not path.exists():
         path.write_text(json.dumps(command_manifest(tmp_path)))
@@ -48,7 +49,7 @@ def run(people, tmp_path, record):
     book.write_text(yaml.safe_dump([{"name": "p", "hosts": "localhost", "gather_facts": False, "tasks": [
         {"name": "Start", "register": "started", "hybridgpu.fleet.node_removal_state": {
             "root": root, "node": "localhost", "action": "start", "manifest_path": str(path),
-            "boundary": people["boundary"], "record_path": record, "executor": "ops-lead", "targets": ["localhost"]}},
+            "record_path": record, "executor": "ops-lead", "targets": ["localhost"]}},
         {"name": "Credentials phase",
          "ansible.builtin.include_role": {"name": "hybridgpu.fleet.node_removal", "tasks_from": "credentials"},
          "vars": {"node_removal_node": "localhost", "node_removal_state_root": root, "node_removal_journal": False,

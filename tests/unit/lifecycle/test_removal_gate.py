@@ -26,12 +26,13 @@ def start(people, tmp_path, record, **extra):
     inventory = tmp_path / "inventory.yml"
     inventory.write_text(yaml.safe_dump({"all": {"hosts": {"localhost": {
         "ansible_connection": "local", "ansible_python_interpreter": sys.executable}},
-        "vars": {"hgpu_boundary_signers": people["signers"], "hgpu_records_dir": str(tmp_path / "records")}}}))
+        "vars": {"hgpu_boundary_signers": people["signers"], "hgpu_records_dir": str(tmp_path / "records"),
+                 "hgpu_boundary_path": people["boundary"]}}}))
     path = tmp_path / "localhost.json"
     if not path.exists():
         path.write_text(json.dumps(manifest.merge(None, "localhost", pre_onboarding=PRE)))
     args = dict({"root": str(tmp_path / "records" / "removals"), "node": "localhost", "action": "start",
-                 "manifest_path": str(path), "boundary": people["boundary"], "record_path": record,
+                 "manifest_path": str(path), "record_path": record,
                  "executor": "ops-lead", "targets": ["localhost"]}, **extra)
     book = tmp_path / "book.yml"
     book.write_text(yaml.safe_dump([{"name": "p", "hosts": "localhost", "gather_facts": False, "tasks": [

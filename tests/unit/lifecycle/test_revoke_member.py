@@ -28,13 +28,13 @@ def run(people, tmp_path, extra):
     inventory = tmp_path / "inventory.yml"
     inventory.write_text(yaml.safe_dump({"all": {"hosts": {"localhost": {
         "ansible_connection": "local", "ansible_python_interpreter": sys.executable}},
-        "vars": {"hgpu_boundary_signers": people["signers"], "hgpu_records_dir": str(tmp_path / "records")}}}))
+        "vars": {"hgpu_boundary_signers": people["signers"], "hgpu_records_dir": str(tmp_path / "records"),
+                 "hgpu_boundary_path": people["boundary"]}}}))
     record = ls.write_record(str(tmp_path), "chg.yml", ls.record_text(
         change_id="CHG-RV-1", action="revoke_member", member="test-member", targets=("localhost",),
         requester="ops-lead"), people["keys"]["sec-owner"])
-    ev = {"revoke_member": "test-member", "revoke_executor": "ops-lead", "revoke_boundary": people["boundary"],
-          "change_record_path": record, "revoke_ssh_users": ["hgpu-no-such-account"],
-          "revoke_records_dir": str(tmp_path / "records")}
+    ev = {"revoke_member": "test-member", "revoke_executor": "ops-lead",
+          "change_record_path": record, "revoke_ssh_users": ["hgpu-no-such-account"]}
     ev.update(extra)
     env = dict(os.environ, ANSIBLE_STDOUT_CALLBACK="json", ANSIBLE_LOAD_CALLBACK_PLUGINS="1",
                ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"))

@@ -240,14 +240,14 @@ def gate_play(tmp_path):
     return [play]
 
 
-def run_gate(people, tmp_path, record, extra=()):
+def run_gate(people, tmp_path, record, extra=(), boundary=None):
     folder = tmp_path / "records" / "w1"
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "preflight.json").write_text(json.dumps(record))
     inventory = {"all": {"children": {"w1": {"hosts": {n: {} for n in NODES}}},
                          "vars": {"ansible_connection": "local", "ansible_python_interpreter": sys.executable,
                                   "hgpu_records_dir": str(tmp_path / "records"),
-                                  "hgpu_boundary_path": people["boundary"], "hgpu_role": "owned",
+                                  "hgpu_boundary_path": boundary or people["boundary"], "hgpu_role": "owned",
                                   "hgpu_boundary_signers": people["signers"]}}}
     (tmp_path / "hosts.yml").write_text(yaml.safe_dump(inventory))
     (tmp_path / "play.yml").write_text(json.dumps(gate_play(tmp_path)))
@@ -284,7 +284,7 @@ def test_onboard_stops_every_node_on_an_unsigned_boundary(people, tmp_path):
     unsigned = str(tmp_path / "b" / "boundary.yml")
     with open(people["boundary"]) as src, open(unsigned, "w") as dst:
         dst.write(src.read())
-    proc = run_gate(people, tmp_path, clean_record(), ["-e", "hgpu_boundary_path=" + unsigned])
+    proc = run_gate(people, tmp_path, clean_record(), boundary=unsigned)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert list(tmp_path.glob("ran-*")) == []
     assert proc.stdout.count("STOPPED node-") == 3 and "boundary: " in proc.stdout
