@@ -73,6 +73,13 @@ path:
   description: The dispatch path that produced the decisions.
   returned: always
   type: str
+refused:
+  description:
+    - Jobs of the snapshot whose fields could not be read (C(job_id), or C(jobs[N]) when it has none, and C(reason)).
+      Each is refused on its own and never moves; every other job is judged.
+  returned: always
+  type: list
+  elements: dict
 """
 
 from ansible.module_utils.basic import AnsibleModule
@@ -93,13 +100,24 @@ def main():
         classes = jobclass.load(module.params["job_classes"])
     except jobclass.JobClassError as exc:
         module.fail_json(msg="invalid job classes: %s" % exc, errors=exc.errors)
+    given = dict(module.params["snapshot"])
+    jobs, refused = [], []
+    for i, job in enumerate(given.get("jobs") or []):
+        # a job whose fields cannot be read is refused on its own; every other job is judged
+        try:
+            jobs.append(trigger.QueueJob.from_dict(job))
+        except (AttributeError, KeyError, TypeError, ValueError) as exc:
+            jid = job.get("job_id") if isinstance(job, dict) else None
+            refused.append({"job_id": jid if isinstance(jid, str) else "jobs[%d]" % i,
+                            "reason": "snapshot: jobs[%d]: missing or bad field %s; each job needs job_id, job_class, "
+                                      "submit_time, state, gpu_type" % (i, exc)})
     try:
-        snap = trigger.QueueSnapshot.from_dict(module.params["snapshot"])
+        snap = trigger.QueueSnapshot.from_dict(dict(given, jobs=[]))
     except (KeyError, TypeError, ValueError) as exc:
-        module.fail_json(msg="snapshot: missing or bad field %s; each job needs job_id, job_class, submit_time, "
-                             "state, gpu_type" % exc)
+        module.fail_json(msg="snapshot: missing or bad field %s; the snapshot needs now and free_gpus" % exc)
+    snap.jobs = jobs
     decisions = trigger.evaluate(snap, classes, path=module.params["path"])
-    module.exit_json(changed=False, decisions=decisions, path=module.params["path"],
+    module.exit_json(changed=False, decisions=decisions, path=module.params["path"], refused=refused,
                      move=[d["job_id"] for d in decisions if d["decision"] == "move"])
 
 

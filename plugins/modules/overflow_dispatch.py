@@ -419,6 +419,14 @@ snapshot:
   description: The local queue as read for this pass (now, free_gpus, total_gpus, jobs).
   returned: always
   type: dict
+refused:
+  description:
+    - Jobs of the local queue whose fields could not be read (C(job_id), C(reason)), such as a Slurm job that
+      C(squeue) gave in no readable form or a Kubernetes Job whose deadline annotation is not a number. Each is
+      refused on its own and stays where it is; every other job is judged.
+  returned: always
+  type: list
+  elements: dict
 submission:
   description:
     - The cloud creates of this pass (jobs), how many the confirming list showed (confirmed), the list calls made

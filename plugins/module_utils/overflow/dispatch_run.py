@@ -270,7 +270,8 @@ def move_one(job_id, cls_name, cls, params, dispatcher, slurm_read, puller, node
 def run(params):
     """params: tracker_db or ledger, path, actor, job_classes, local_queue, cloud, storage, job_template,
     inputs (class -> input list), jobs (operator), action, faults, total_gpus, check_mode.
-    Returns {"path", "results", "decisions", "snapshot", "staging"}."""
+    Returns {"path", "results", "decisions", "snapshot", "refused" (jobs the local queue could not
+    read: [{job_id, reason}]), "staging"}."""
     path = params["path"]
     check_names(params)
     classes = jobclass.load(params["job_classes"])
@@ -284,6 +285,8 @@ def run(params):
                         "jobs": [dict((k, getattr(j, k)) for k in j.__slots__) for j in snap.jobs]}}
     if notes:
         out["notes"] = notes
+    # jobs the backend could not read: each refused on its own, named with why; the rest are judged
+    out["refused"] = list(getattr(snap, "refused", None) or [])
     if params.get("check_mode"):
         out["results"] = [{"job_id": dispatcher["job_id"], "path": path, "outcome": "would_move" if dispatcher["decision"] == "move"
                            else "would_stay", "reason": dispatcher["reason"]} for dispatcher in decisions]

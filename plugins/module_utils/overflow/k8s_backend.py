@@ -22,6 +22,7 @@ from __future__ import annotations
 import calendar
 import copy
 import json
+import math
 import time
 
 from ..common import k8s
@@ -58,6 +59,21 @@ def _live(pods):
     """Pods not being deleted: a Terminating pod (an evicted one, or one on a lost node, waiting
     for its kubelet) has a replacement, and the Job is judged by the newest pods."""
     return [p for p in pods if not (p.get("metadata") or {}).get("deletionTimestamp")]
+
+
+def _deadline(annotations):
+    """The job's deadline (epoch seconds) from its deadline annotation, None without one;
+    ValueError naming the annotation when it is not a finite number."""
+    text = annotations.get(DEADLINE_ANNOTATION)
+    if text is None or text == "":
+        return None
+    try:
+        value = float(text)
+    except (TypeError, ValueError):
+        value = None
+    if value is None or math.isnan(value) or math.isinf(value):
+        raise ValueError("annotation %s is %r, not epoch seconds; the job is not judged" % (DEADLINE_ANNOTATION, text))
+    return value
 
 
 def _job_gpus(job):
@@ -158,15 +174,23 @@ class K8sLocalQueue(backends.LocalQueue):
         by_job = {}
         for p in pods:
             by_job.setdefault((p["metadata"].get("labels") or {}).get("job-name"), []).append(p)
-        entries = []
+        entries, refused = [], []
         used = {}
         for j in jobs:
             name = j["metadata"]["name"]
             st = self._state_of(j, by_job.get(name, []))
             state = {backends.Q_QUEUED: "pending", backends.Q_RUNNING: "running", backends.Q_HELD: "held"}.get(st, st)
             ann = j["metadata"].get("annotations") or {}
+            try:
+                deadline = _deadline(ann)
+            except ValueError as exc:
+                # refused on its own: the rest of the queue is still judged; its GPUs still count
+                refused.append({"job_id": name, "reason": str(exc)})
+                if state == "running" and _job_gpu_type(j):
+                    used[_job_gpu_type(j)] = used.get(_job_gpu_type(j), 0) + _job_gpus(j)
+                continue
             e = QueueJob(name, j["metadata"]["labels"][CLASS_LABEL], _ts(j["metadata"].get("creationTimestamp")) or now,
-                         state, _job_gpus(j), _job_gpu_type(j), deadline=ann.get(DEADLINE_ANNOTATION))
+                         state, _job_gpus(j), _job_gpu_type(j), deadline=deadline)
             entries.append(e)
             if state == "running" and e.gpu_type:
                 used[e.gpu_type] = used.get(e.gpu_type, 0) + e.gpus
@@ -175,7 +199,9 @@ class K8sLocalQueue(backends.LocalQueue):
         if not total and total_gpus:
             total = dict(total_gpus)
             free = dict((t, max(0, n - used.get(t, 0))) for t, n in total.items())
-        return QueueSnapshot(now, entries, free, total)
+        snap = QueueSnapshot(now, entries, free, total)
+        snap.refused = refused
+        return snap
 
     def _gpu_capacity(self, names):
         """Free and total GPUs by product over Ready nodes matching the queue's node selector.

@@ -11,12 +11,16 @@ appends `ovf-hold=<epoch>` so our holds are told apart from holds someone else p
 - hold: `scontrol hold` (refused by Slurm once the job runs: ALREADY_STARTED), then the marker.
 - release: `scontrol release`, marker removed.
 - withdraw: marker `ovf-withdrawn=<epoch>`, then `scancel` (the job finished in the cloud).
-- read_jobs: one SSH round trip for a batch of jobs runs `scontrol show job -o` and
-  `scontrol write batch_script <id> -` for each; parsed by module_utils/parsers/slurm_job.py
-  into the job's TRES, working directory and batch script (what carry.slurm_pod_spec runs).
-- queue wait: one SSH round trip per poll runs `squeue -O ...` (every job, all states) and
-  `sprio`, both parsed by module_utils/parsers/slurm.py; squeue's StartTime is the scheduler's own
-  start estimate (ignored when Slurm only parks it a year ahead).
+- read_jobs: one SSH round trip for a batch of jobs runs `scontrol show job --json` (where
+  Slurm has it, else `scontrol show job -o`) and `scontrol write batch_script <id> -` for each;
+  parsed by module_utils/parsers/slurm_job.py into the job's TRES, working directory and batch
+  script (what carry.slurm_pod_spec runs).
+- queue wait: one SSH round trip per poll runs `squeue --json` (every job Slurm knows) and
+  `sprio`; where squeue has no --json, `squeue -h -a -t all -o` with a record mark and a field
+  separator drawn at random for that call, so no job name or comment can move a field. The user's
+  free text (name, comment) is never split on. A job whose fields cannot be read is refused on
+  its own (QueueSnapshot.refused names it and why) and every other job is judged. squeue's
+  StartTime is the scheduler's own start estimate (ignored when Slurm only parks it a year ahead).
 """
 from __future__ import annotations
 
@@ -35,9 +39,11 @@ from . import jobclass
 from .remote import UnsafeName, check_name, command, ssh_options
 from .trigger import QueueJob, QueueSnapshot
 
-SQUEUE_FIELDS = ["JobID", "Name", "State", "Reason", "SubmitTime", "StartTime", "Comment", "NumCPUs",
-                 "Partition", "QOS", "Account"]
-SQUEUE_CMD = "squeue -a -t all -O %s" % shlex.quote(",".join("%s:|#" % f for f in SQUEUE_FIELDS))
+# squeue -o fields of the fallback read, all but the comment set by Slurm or the site; the comment last.
+# %A is the numeric job ID (one per array task).
+PLAIN_FIELDS = (("slurm_id", "%A"), ("state", "%T"), ("reason", "%r"), ("submit", "%V"), ("start", "%S"),
+                ("cpus", "%C"), ("partition", "%P"), ("qos", "%q"), ("account", "%a"), ("comment", "%k"))
+SITE_NAME = re.compile(r"^[A-Za-z0-9_.+-]*$")     # partition, QOS and account names (admin-made)
 FAR = 200 * 86400     # a start "estimate" further away than this is Slurm's placeholder, not a forecast
 
 
@@ -102,25 +108,24 @@ class SlurmLocalQueue(backends.LocalQueue):
 
     # -- queue reading ------------------------------------------------------------------------
     def jobs(self):
-        """Every job Slurm still knows, newest last: [{job_id(name), slurm_id, state, reason, ...}]."""
-        dummy, out, dummy = self.run(SQUEUE_CMD)
-        return self._parse(out)
+        """Every job Slurm still knows and could be read, oldest first:
+        [{slurm_id, name, state, reason, held, submit, start, comment, cpus, partition, qos, account}]."""
+        return self.read_queue()[0]
 
-    @staticmethod
-    def _parse(text):
-        parsed = slurm.parse_squeue(text)
-        if parsed["errors"]:
-            raise SlurmError("squeue output not understood: %s" % "; ".join(parsed["errors"][:3]))
-        rows = []
-        for j in parsed["jobs"]:
-            raw = j["raw"]
-            rows.append({"name": j["name"], "slurm_id": j["job_id"], "state": j["state"], "reason": j["reason"],
-                         "held": j["held"], "submit": _epoch(raw.get("SUBMIT_TIME")),
-                         "start": _epoch(raw.get("START_TIME")), "comment": comment_fields(raw.get("COMMENT")),
-                         "cpus": int(raw.get("CPUS") or 0) if (raw.get("CPUS") or "").isdigit() else 0,
-                         "partition": raw.get("PARTITION"), "qos": raw.get("QOS"), "account": raw.get("ACCOUNT")})
-        rows.sort(key=lambda r: int(r["slurm_id"]) if (r["slurm_id"] or "").isdigit() else 0)
-        return rows
+    def read_queue(self, extra=""):
+        """(rows, refused, output of `extra`) from one SSH round trip: the queue (queue_command)
+        then the shell command `extra`, whose output follows a mark of its own."""
+        mark, sep = "ovf-%s" % secrets.token_hex(8), "|ovf-%s|" % secrets.token_hex(8)
+        end = "--- ovf-%s" % secrets.token_hex(8)
+        cmd = "%s; echo %s $?; %s true" % (queue_command(mark, sep), shlex.quote(end), extra + ";" if extra else "")
+        dummy, out, dummy = self.run(cmd)
+        queue, dummy, rest = out.partition(end + " ")
+        status, dummy, rest = rest.partition("\n")
+        if status.strip() != "0":
+            raise SlurmError("on %s: squeue failed (rc %s): %s" % (self.host, status.strip() or "unknown",
+                                                                   queue.strip()[-400:]))
+        rows, refused = parse_queue(queue, mark, sep)
+        return rows, refused, rest
 
     def _find(self, job_id, rows=None):
         """The Slurm job with this job ID (None when Slurm has no such job)."""
@@ -140,8 +145,9 @@ class SlurmLocalQueue(backends.LocalQueue):
         mark = "--- ovf-%s" % secrets.token_hex(8)
         parts = []
         for sid in ids:
-            parts.append("echo %s; %s 2>/dev/null; echo %s; %s 2>/dev/null" % (
-                shlex.quote("%s job %s" % (mark, sid)), command("scontrol", "show", "job", "-o", sid),
+            parts.append("echo %s; { %s 2>/dev/null || %s 2>/dev/null; }; echo %s; %s 2>/dev/null" % (
+                shlex.quote("%s job %s" % (mark, sid)), command("scontrol", "show", "job", "--json", sid),
+                command("scontrol", "show", "job", "-o", sid),
                 shlex.quote("%s script %s" % (mark, sid)), command("scontrol", "write", "batch_script", sid, "-")))
         dummy, out, dummy = self.run("; ".join(parts) + "; true")
         return parse_read(out, mark)
@@ -233,9 +239,7 @@ class SlurmLocalQueue(backends.LocalQueue):
         """QueueSnapshot from one SSH round trip (squeue + sprio). GPUs per job come from its class;
         free GPUs of a type = total - GPUs of running jobs of that type."""
         now = time.time() if now is None else now
-        dummy, out, dummy = self.run("%s; echo '--- sprio'; sprio -h -o '%%.15i %%.10Y' 2>/dev/null; true" % SQUEUE_CMD)
-        sq, dummy, sp = out.partition("--- sprio\n")
-        rows = self._parse(sq)
+        rows, refused, sp = self.read_queue("sprio -h -o '%.15i %.10Y' 2>/dev/null")
         prio = {}
         for line in sp.splitlines():
             parts = line.split()
@@ -260,8 +264,66 @@ class SlurmLocalQueue(backends.LocalQueue):
         total = dict(total_gpus or {})
         free = dict((t, max(0, n - used.get(t, 0))) for t, n in total.items())
         snap = QueueSnapshot(now, jobs, free, total)
+        snap.refused = refused
         snap.priorities = dict((r["slurm_id"], prio.get(r["slurm_id"])) for r in rows if r["slurm_id"] in prio)
         return snap
+
+
+def queue_command(mark, sep):
+    """`squeue --json`, else squeue -o with `mark` before each job and `sep` between its fields."""
+    fmt = mark + sep.join(code for dummy, code in PLAIN_FIELDS)
+    return "{ squeue --json 2>/dev/null || { echo %s; squeue -h -a -t all -o %s; }; }" % (
+        shlex.quote(mark + "-plain"), shlex.quote(fmt))
+
+
+def _plain_row(raw):
+    """One squeue -o record -> row; ValueError names the field that cannot be read."""
+    sid = raw["slurm_id"].strip()
+    if not re.fullmatch(r"[0-9]+", sid):
+        raise ValueError("job ID %r is not a number" % sid)
+    state = raw["state"].strip()
+    if not re.fullmatch(r"[A-Z_]+", state):
+        raise ValueError("state %r is not a Slurm job state" % state)
+    site = {}
+    for key in ("partition", "qos", "account"):
+        value = raw[key].strip()
+        if not SITE_NAME.match(value):
+            raise ValueError("%s %r is not a site name" % (key, value))
+        site[key] = slurm._null(value)
+    cpus = raw["cpus"].strip()
+    reason = slurm._null(raw["reason"])
+    held = reason or ""
+    return dict(site, slurm_id=sid, name=None, state=state, reason=None if reason == "None" else reason,
+                held="held" in held.lower() or held in ("JobHeldUser", "JobHeldAdmin"),
+                submit=_epoch(raw["submit"].strip()), start=_epoch(raw["start"].strip()),
+                cpus=int(cpus) if cpus.isdigit() else 0, comment=slurm._null(raw["comment"]))
+
+
+def parse_queue(text, mark, sep):
+    """(rows, refused) from queue_command's output: squeue --json, or the marked squeue -o records.
+    A job that cannot be read is refused on its own: {job_id, reason}."""
+    names = [name for name, dummy in PLAIN_FIELDS]
+    if (mark + "-plain") in (text or ""):
+        got = slurm.split_marked(text.split(mark + "-plain", 1)[1], mark, sep, names)
+        rows, refused = [], list(got["refused"])
+        for raw in got["rows"]:
+            try:
+                rows.append(_plain_row(raw))
+            except ValueError as exc:
+                sid = raw["slurm_id"].strip()
+                refused.append({"job_id": sid if sid.isdigit() else None, "reason": "squeue: %s" % exc})
+    else:
+        parsed = slurm.parse_squeue_json(text)
+        if parsed["errors"]:
+            raise SlurmError("squeue output not understood: %s" % "; ".join(parsed["errors"][:3]))
+        rows = [dict(j, slurm_id=j["job_id"]) for j in parsed["jobs"]]
+        for row in rows:
+            del row["job_id"]
+        refused = parsed["refused"]
+    for row in rows:
+        row["comment"] = comment_fields(row["comment"])
+    rows.sort(key=lambda r: int(r["slurm_id"]))
+    return rows, refused
 
 
 def parse_read(text, mark):
@@ -273,11 +335,12 @@ def parse_read(text, mark):
     for (kind, sid), body in chunks.items():
         if kind != "job":
             continue
-        parsed = slurm.parse_scontrol_jobs(body)
-        if not parsed["jobs"] or parsed["jobs"][0]["job_id"] != sid:
+        parsed = slurm_job.parse_scontrol_json(body) if body.lstrip().startswith("{") else slurm.parse_scontrol_jobs(body)
+        mine = [j for j in parsed["jobs"] if j["job_id"] == sid]
+        if not mine:
             continue
         script = chunks.get(("script", sid)) or ""
         if not script.strip():
             continue
-        out[sid] = {"request": slurm_job.job_request(parsed["jobs"][0]), "script": slurm_job.parse_batch_script(script)}
+        out[sid] = {"request": slurm_job.job_request(mine[0]), "script": slurm_job.parse_batch_script(script)}
     return out

@@ -2,15 +2,22 @@
 # Copyright: contributors to hybridgpu.fleet
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Parsers for Slurm queue tools: ``squeue`` (default, ``-o``, ``-O`` with delimiters,
-0x1F/0x1E separated, noheader), ``scontrol show job`` and ``sprio`` (default, ``-n``,
-``-w``). Pure Python 3 standard library.
+0x1F/0x1E separated, noheader), ``squeue --json``, ``squeue -o`` with per-call marks
+(split_marked), ``scontrol show job`` and ``sprio`` (default, ``-n``, ``-w``). Pure Python 3
+standard library.
+
+A job's name and comment are the user's: they may hold any delimiter a fixed format uses.
+parse_squeue_json and split_marked read jobs in forms a name cannot break (JSON strings, or
+delimiters drawn at random for each call), and refuse an unreadable job on its own.
 """
 
 from __future__ import annotations
 
+import json
 import re
 
-__all__ = ["parse_squeue", "parse_scontrol_jobs", "parse_sprio", "STATE_CODES"]
+__all__ = ["parse_squeue", "parse_squeue_json", "split_marked", "parse_scontrol_jobs", "parse_sprio",
+           "STATE_CODES"]
 
 STATE_CODES = {
     "PD": "PENDING", "R": "RUNNING", "CG": "COMPLETING", "CD": "COMPLETED", "CA": "CANCELLED",
@@ -146,6 +153,117 @@ def parse_squeue(text, fields=None):
             continue
         result["jobs"].append(_job_from(dict(zip(unique, cells))))
     return result
+
+
+# ---------------------------------------------------------------- squeue --json
+
+_NUMERIC_ID = re.compile(r"^[0-9]+$")
+
+
+def json_number(value):
+    """A --json number: plain (Slurm 22.05), or {"set", "infinite", "number"} (23.02 on).
+    None when unset or infinite; ValueError when it is not a number."""
+    if isinstance(value, dict):
+        if not value.get("set", True) or value.get("infinite"):
+            return None
+        value = value.get("number")
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError("not a number: %r" % (value,))
+    return value
+
+
+def _json_text(job, key):
+    value = job.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise ValueError("%s is not text: %r" % (key, value))
+    return value or None
+
+
+def _json_job(job):
+    """One job of ``squeue --json`` (or ``scontrol show job --json``) -> row; ValueError when unreadable."""
+    if not isinstance(job, dict):
+        raise ValueError("the job is not an object")
+    try:
+        jid = json_number(job.get("job_id"))
+    except ValueError:
+        jid = None
+    if not isinstance(jid, int) or not _NUMERIC_ID.match(str(jid)):
+        raise ValueError("job_id %r is not a Slurm job ID" % (job.get("job_id"),))
+    state = job.get("job_state")
+    if isinstance(state, list):
+        state = state[0] if state else None
+    if not isinstance(state, str) or not re.match(r"^[A-Z_]+$", state):
+        raise ValueError("job_state %r is not a Slurm job state" % (job.get("job_state"),))
+    reason = _json_text(job, "state_reason")
+    times = {}
+    for key in ("submit_time", "start_time"):
+        value = json_number(job.get(key))
+        times[key] = float(value) if value else None
+    cpus = json_number(job.get("cpus"))
+    row = {"job_id": str(jid), "name": job.get("name") if isinstance(job.get("name"), str) else None,
+           "state": state, "reason": None if reason == "None" else reason,
+           "submit": times["submit_time"], "start": times["start_time"],
+           "cpus": int(cpus) if cpus else 0, "comment": _json_text(job, "comment"),
+           "partition": _json_text(job, "partition"), "qos": _json_text(job, "qos"),
+           "account": _json_text(job, "account")}
+    held = row["reason"] or ""
+    row["held"] = "held" in held.lower() or held in ("JobHeldUser", "JobHeldAdmin")
+    return row
+
+
+def parse_squeue_json(text):
+    """``squeue --json`` -> {jobs: [{job_id, name, state, reason, submit, start (epoch seconds or
+    None), cpus, comment, partition, qos, account, held}], refused: [{job_id, reason}], errors}.
+
+    A job whose fields cannot be read is refused on its own, with its job ID when that can be read;
+    errors (not JSON, no ``jobs`` list) concern the whole output."""
+    result = {"jobs": [], "refused": [], "errors": []}
+    try:
+        doc = json.loads(text or "")
+    except ValueError as exc:
+        result["errors"].append("squeue --json output is not JSON: %s" % exc)
+        return result
+    jobs = doc.get("jobs") if isinstance(doc, dict) else None
+    if not isinstance(jobs, list):
+        result["errors"].append("squeue --json output has no 'jobs' list")
+        return result
+    for i, job in enumerate(jobs):
+        try:
+            result["jobs"].append(_json_job(job))
+        except (TypeError, ValueError) as exc:
+            jid = job.get("job_id") if isinstance(job, dict) else None
+            try:
+                jid = json_number(jid)
+            except ValueError:
+                pass
+            result["refused"].append({"job_id": str(jid) if isinstance(jid, int) else "entry %d" % i,
+                                      "reason": "squeue --json entry cannot be read: %s" % exc})
+    return result
+
+
+# ---------------------------------------------------------------- squeue -o with marks
+
+def split_marked(text, mark, sep, names):
+    """Records of ``squeue -h -o '<mark><f1><sep><f2>...'`` where `mark` and `sep` were drawn at
+    random for this call, so no job name or comment can hold them. Each record starts with `mark`
+    (a value may hold newlines); it must have exactly len(names) values.
+    Returns {rows: [{name: text}], refused: [{job_id, reason}]} (job_id: the first value, or None)."""
+    out = {"rows": [], "refused": []}
+    chunks = re.split(r"(?:^|\n)" + re.escape(mark), text or "")
+    for chunk in chunks[1:]:
+        if chunk.endswith("\n"):
+            chunk = chunk[:-1]
+        values = chunk.split(sep)
+        if len(values) != len(names):
+            out["refused"].append({"job_id": values[0] if _NUMERIC_ID.match(values[0]) else None,
+                                   "reason": "squeue record has %d fields, expected %d" % (len(values), len(names))})
+            continue
+        out["rows"].append(dict(zip(names, values)))
+    return out
 
 
 # ---------------------------------------------------------------- scontrol show job

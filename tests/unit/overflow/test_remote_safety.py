@@ -19,6 +19,8 @@ from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow import di
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow import input_stream, rsync_stager, slurm_backend
 from ansible_collections.hybridgpu.fleet.plugins.modules import overflow_dispatch
 
+import slurm_fake
+
 # The documented rule for job IDs, input and dataset names (plugins/module_utils/overflow/remote.py).
 NAME = r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}"
 ROOT = "/srv/cloud-storage"
@@ -252,24 +254,18 @@ def test_ssh_checks_host_keys_against_the_given_known_hosts(monkeypatch, tmp_pat
 
 # -- the Slurm class comes from the site's mapping -----------------------------------------------------
 
-HEADER = ["JOBID", "NAME", "STATE", "REASON", "SUBMIT_TIME", "START_TIME", "COMMENT", "CPUS", "PARTITION", "QOS",
-          "ACCOUNT"]
-
-
 def squeue(*rows):
-    lines = ["|#".join(HEADER) + "|#"]
-    for sid, name, partition, comment in rows:
-        lines.append("|#".join([sid, name, "PENDING", "Priority", "2026-01-01T00:00:00", "N/A", comment, "1",
-                                partition, "normal", "research"]) + "|#")
-    return "\n".join(lines) + "\n--- sprio\n"
+    """squeue --json of pending jobs (job ID, name, partition, comment)."""
+    return slurm_fake.reply([slurm_fake.job(int(sid), name=name, partition=partition, comment=comment)
+                             for sid, name, partition, comment in rows])
 
 
 def test_slurm_class_comes_from_the_partition_never_from_the_comment(monkeypatch):
     out = squeue(("11", "claims-restricted", "cloud-small", "ovf-class=restricted"),
                  ("12", "claims-movable", "restricted", "ovf-class=small-input"),
                  ("13", "unmapped", "scratch", "ovf-class=small-input"),
-                 ("14", "no-comment", "cloud-small", "(null)"))
-    rec = Recorder(lambda cmd: out)
+                 ("14", "no-comment", "cloud-small", None))
+    rec = Recorder(out)
     monkeypatch.setattr(slurm_backend, "subprocess", rec)
     snap = slurm_backend.SlurmLocalQueue("ctl", "/keys/id", classes=CLASSES).snapshot(now=1_800_000_000.0)
     got = dict((j.job_id, j.job_class) for j in snap.jobs)
