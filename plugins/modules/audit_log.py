@@ -18,8 +18,17 @@ description:
     outside the log, in an anchors file beside it (O(anchors)), in the control host's syslog
     and journal (O(syslog), tag C(hybridgpu-audit)) and, when O(checkpoint_key) is given, every
     O(checkpoint_every) entries as a checkpoint signed with C(ssh-keygen -Y sign) under the
-    namespace C(hybridgpu.fleet-audit). A head that cannot be sent to syslog or checkpointed
-    is returned as a warning; a head that cannot be written to the anchors file fails the task.
+    namespace C(hybridgpu.fleet-audit). A head that cannot be sent to syslog is returned as a
+    warning; a head that cannot be written to the anchors file fails the task.
+  - The checkpoint key is a pinned setting. The action plugin reads the inventory variable
+    C(hgpu_audit_checkpoint_key) (refused as an extra var), else uses
+    C(/etc/hybridgpu/audit_checkpoint_key) when that file exists, and then signs a checkpoint
+    at every append (the head) and fails the task when it cannot; a task cannot name another
+    key. State V(verified) then requires a signed checkpoint at the head and at least every
+    O(checkpoint_every) entries, checked against the key's public half (C(KEY.pub)) unless
+    O(allowed_signers) is given.
+  - The log, its folder, its anchors and the records folder above an C(audit) folder are never
+    opened through a symbolic link; a link there fails the task.
   - After each append (and repair) writes a self-contained HTML page beside the log
     (C(audit.html) for C(audit.jsonl)) with the newest 500 entries, newest first, and per change ID
     who approved it, who ran it and on which targets. The log stays the record and keeps its chain
@@ -27,8 +36,13 @@ description:
   - Refuses to start a fresh chain where the anchors file records a head (the log was
     deleted or emptied), to append to a log whose head is behind its anchors, and to append
     after a torn last line (a write cut short).
-  - With O(state=verified) checks the whole chain and the log against its anchors, and fails
-    naming the first bad entry and what was found (broken, torn, truncated, rewritten, deleted).
+  - With O(state=verified) checks the whole chain, the log against its anchors, its signed
+    checkpoints (required with a checkpoint key, since a log without them was rewritten), the
+    ledger of used change IDs beside it (C(<records>/approvals) for a log at
+    C(<records>/audit/audit.jsonl)), whose entries each name the audit entry of their first
+    use, so a log deleted and started again fails, and the heads syslog kept for it where they
+    can be read (O(syslog_heads)). It fails naming the first bad entry and what was found
+    (broken, torn, truncated, rewritten, deleted, missing, refused).
   - With O(state=repaired) moves a torn last line aside into C(PATH.torn-TIME) and appends an
     C(audit_repair) event with the removed bytes' sha256 (the same as
     C(bin/hgpu-audit-verify --repair-torn-tail PATH)). A last line that is not torn is left alone.
@@ -101,9 +115,37 @@ options:
       not need a passphrase typed in (use the agent). A failed signature is a warning.
     type: path
   checkpoint_every:
-    description: Sign a checkpoint when the head is this many entries past the last one.
+    description: Sign a checkpoint when the head is this many entries past the last one (with
+      O(checkpoint_head), at every append). With O(state=verified), the most entries allowed
+      between signed checkpoints when they are required.
     type: int
     default: 100
+  checkpoint_head:
+    description: Sign a checkpoint of the head at every append, and fail the task when it cannot
+      be signed (the entry is appended; the message says so). The action plugin sets it with
+      the pinned key.
+    type: bool
+    default: false
+  require_checkpoints:
+    description: With O(state=verified), require a signed checkpoint at the head and at least
+      every O(checkpoint_every) entries. Defaults to whether a checkpoint key is set.
+    type: bool
+  all_signatures:
+    description: With O(state=verified), check the signature of every checkpoint, not only one
+      per O(checkpoint_every) entries and the head's (the chain links everything before each).
+    type: bool
+    default: false
+  ledger_dir:
+    description: With O(state=verified), the ledger of used change IDs whose references the log
+      must hold. Defaults to C(<records>/approvals) for a log at C(<records>/audit/NAME).
+    type: path
+  syslog_heads:
+    description: With O(state=verified), where to read the heads syslog kept for this log, to
+      compare the log with them. V(auto) reads the journal (C(journalctl -t hybridgpu-audit)),
+      else C(/var/log/syslog) or C(/var/log/messages), and skips the check where none can be
+      read; V(journal) the journal only; V(none) skips it; any other value is a syslog file.
+    type: str
+    default: auto
   allowed_signers:
     description: With O(state=verified), an allowed_signers file (sshd(8) format, one
       C(PERSON namespaces="hybridgpu.fleet-audit" KEY) line per operator key) that every
@@ -121,7 +163,11 @@ notes:
     saw; for example C(audit_head: "{{ audit.head }}") where the record is written after a
     task registered as C(audit).
   - Whoever can write the log's folder can rewrite the head lines of the anchors file too;
-    the syslog copy and the signed checkpoints are what such a rewrite cannot reach.
+    the syslog copy, the signed checkpoints and the ledger's references are what such a rewrite
+    cannot reach.
+  - Set C(hgpu_audit_checkpoint_key) in the inventory's group_vars (or install
+    C(/etc/hybridgpu/audit_checkpoint_key) with its C(.pub)); without a key no checkpoint is
+    signed or required.
 seealso:
   - name: bin/hgpu-audit-verify
     description: The same verification and repair from the command line.
@@ -142,7 +188,7 @@ EXAMPLES = r"""
     result: changed
   delegate_to: localhost
 
-- name: Record the drain with a signed checkpoint every 50 entries
+- name: Record the drain (signed into a checkpoint with the pinned key, when one is set)
   hybridgpu.fleet.audit_log:
     path: "{{ hgpu_audit_log }}"
     change_id: "{{ approval.approval.change_id }}"
@@ -151,8 +197,6 @@ EXAMPLES = r"""
     target: "{{ inventory_hostname }}"
     action: drain
     result: changed
-    checkpoint_key: /etc/hybridgpu/audit_ed25519
-    checkpoint_every: 50
   delegate_to: localhost
   register: audit
 
@@ -163,11 +207,12 @@ EXAMPLES = r"""
     mode: "0640"
   delegate_to: localhost
 
-- name: Check the chain, its anchors and the signed checkpoints
+- name: Check the chain, its anchors, the signed checkpoints, the ledger and the journal's heads
   hybridgpu.fleet.audit_log:
     path: "{{ hgpu_audit_log }}"
     state: verified
     allowed_signers: /etc/hybridgpu/audit_allowed_signers
+    checkpoint_every: 100
   delegate_to: localhost
 
 - name: Move a torn last line aside (after a crash mid-write) and audit the repair
@@ -216,8 +261,9 @@ anchored:
       type: bool
 verification:
   description: C(ok), C(entries), C(head), C(first_bad) (line, seq, problem, kind = broken, torn,
-    truncated, rewritten, deleted or missing), C(anchors) (path, heads, checkpoints, signers)
-    and C(warnings).
+    truncated, rewritten, deleted, missing or refused), C(anchors) (path, heads, checkpoints,
+    signers, required, every), C(ledger) (path, references), C(syslog) (source, heads) and
+    C(warnings).
   returned: state=verified
   type: dict
 repair:
@@ -231,7 +277,9 @@ from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import audi
 
 
 def _anchoring(p):
-    return dict(anchors=p["anchors"], checkpoint_key=p["checkpoint_key"], checkpoint_every=p["checkpoint_every"],
+    return dict(anchors=p["anchors"], checkpoint_key=p["checkpoint_key"],
+                checkpoint_every=1 if p["checkpoint_head"] else p["checkpoint_every"],
+                checkpoint_required=bool(p["checkpoint_head"] and p["checkpoint_key"]),
                 syslog_socket=audit_anchor.SYSLOG_SOCKET if p["syslog"] else None)
 
 
@@ -263,6 +311,11 @@ def main():
             # A path to a key file, not the key itself.
             checkpoint_key=dict(type="path", no_log=False),
             checkpoint_every=dict(type="int", default=100),
+            checkpoint_head=dict(type="bool", default=False),
+            require_checkpoints=dict(type="bool"),
+            all_signatures=dict(type="bool", default=False),
+            ledger_dir=dict(type="path"),
+            syslog_heads=dict(type="str", default="auto"),
             allowed_signers=dict(type="path"),
         ),
         required_if=[("state", "present", ("change_id", "approver", "executor", "target",
@@ -274,7 +327,11 @@ def main():
     if p["checkpoint_every"] < 1:
         module.fail_json(msg="checkpoint_every must be 1 or more, got %d" % p["checkpoint_every"])
     if p["state"] == "verified":
-        res = audit.verify(p["path"], p.get("head"), p["anchors"], p["allowed_signers"])
+        res = audit.verify(p["path"], p.get("head"), p["anchors"], p["allowed_signers"],
+                           checkpoint_every=p["checkpoint_every"], checkpoint_key=p["checkpoint_key"],
+                           require_checkpoints=p["require_checkpoints"], ledger_dir=p["ledger_dir"],
+                           syslog=None if p["syslog_heads"] == "none" else p["syslog_heads"],
+                           all_signatures=p["all_signatures"])
         for warning in res["warnings"]:
             module.warn(warning)
         if not res["ok"]:

@@ -8,10 +8,16 @@ reordering a line breaks the chain from that line on; ``verify`` names the first
 
 The chain is unkeyed, so its head is anchored outside the file (``audit_anchor``): every
 append writes the new head to an anchors file beside the log (and, when asked, to syslog and
-as a checkpoint signed with an operator's SSH key). ``verify`` checks the log against those
-anchors and names a truncation, a rewrite or a deletion. Appends refuse to start a fresh
-chain where anchors exist, and to write after a torn last line (a write cut short), which
-only ``repair_torn_tail`` (``bin/hgpu-audit-verify --repair-torn-tail LOG``) moves aside.
+as a checkpoint signed with the checkpoint key). ``verify`` checks the log against those
+anchors, against the heads syslog kept where they can be read, and against the ledger of used
+change ids beside it (``<records>/approvals``: each entry names the seq and hash of the audit
+entry that claimed its change id); with a checkpoint key it requires a signed checkpoint at
+the head and at least every ``checkpoint_every`` entries, so a rewrite without the key (an
+edited line, the chain and the anchor heads recomputed, the later checkpoints dropped) fails.
+Appends refuse to start a fresh chain where anchors or ledger references exist, and to write
+after a torn last line (a write cut short), which only ``repair_torn_tail``
+(``bin/hgpu-audit-verify --repair-torn-tail LOG``) moves aside. The log, its folder and its
+anchors are never opened through a symbolic link.
 After each append the readable page ``<log>.html`` (``audit.html``) is written again
 (audit_page: a view of the newest entries; it checks nothing).
 
@@ -21,25 +27,86 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import contextlib
 import datetime
 import fcntl
 import hashlib
 import json
 import os
+import shutil
+import stat
+import tempfile
 
-from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import audit_anchor, audit_page, cmd
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import audit_anchor, audit_page, cmd, files
 
 GENESIS = "0" * 64
 FIELDS = ("change_id", "approver", "executor", "target", "action", "result")
 ACTIONS = ("label", "unlabel", "cordon", "uncordon", "drain", "driver_upgrade", "reboot",
            "remove", "delete_node", "revoke_credential", "remove_ssh_key", "remove_agent",
            "firewall", "restore_standalone", "validate", "approval", "audit_repair",
-           "hold_override", "approve_csr", "close_api_path")
+           "hold_override", "approve_csr", "close_api_path", "change_claim", "change_done")
 RESULTS = ("started", "ok", "changed", "failed", "refused", "skipped")
 
 
 class AuditError(Exception):
     pass
+
+
+def default_ledger(path):
+    """The ledger folder that goes with the log ``path``: ``<records>/approvals`` for a log at
+    ``<records>/audit/<name>``, else None."""
+    folder = os.path.dirname(os.path.abspath(path))
+    if os.path.basename(folder) != "audit":
+        return None
+    return os.path.join(os.path.dirname(folder), "approvals")
+
+
+def ledger_refs(folder):
+    """The audit entries the ledger ``folder`` names: ([{file, seq, hash, change_id}], problems).
+
+    Each ledger entry (``<change_id>.json``) names the audit entry that claimed it and those
+    that noted it done (``audit: {seq, hash}``). A symbolic link or an unreadable entry is a
+    problem (the ledger is refused); an entry without a reference is skipped."""
+    refs, problems = [], []
+    if not folder or not os.path.lexists(folder):
+        return refs, problems
+    try:
+        files.real_folder(folder, "the ledger folder")
+        names = sorted(os.listdir(folder))
+    except OSError as exc:
+        return refs, [str(exc)]
+    for name in names:
+        if not name.endswith(".json") or name.startswith("."):
+            continue
+        path = os.path.join(folder, name)
+        try:
+            doc = files.read_json_nofollow(path)
+        except (OSError, ValueError) as exc:
+            problems.append("the ledger entry %s cannot be read: %s" % (path, exc))
+            continue
+        if not isinstance(doc, dict):
+            problems.append("the ledger entry %s is not a JSON object" % path)
+            continue
+        marks = [doc.get("audit")] + [d.get("audit") for d in (doc.get("done") or {}).values() if isinstance(d, dict)]
+        for mark in marks:
+            if isinstance(mark, dict) and isinstance(mark.get("seq"), int) and isinstance(mark.get("hash"), str):
+                refs.append({"file": path, "seq": mark["seq"], "hash": mark["hash"], "change_id": doc.get("change_id")})
+    return refs, problems
+
+
+def ledger_contradiction(refs, hashes, path):
+    """The first ledger reference the log contradicts, as (kind, line, seq, problem), or None."""
+    count = len(hashes)
+    for ref in sorted(refs, key=lambda r: r["seq"]):
+        seq = ref["seq"]
+        if 1 <= seq <= count and hashes[seq - 1] == ref["hash"]:
+            continue
+        kind = "rewritten" if 1 <= seq <= count else ("deleted" if count == 0 else "truncated")
+        return (kind, min(max(seq, 1), count + 1), seq, "%s: the ledger entry %s (change %s) names the audit entry "
+                "seq %d hash %s, but %s %s" % (kind, ref["file"], ref["change_id"], seq, ref["hash"], path,
+                                               "has hash %s there" % hashes[seq - 1] if 1 <= seq <= count
+                                               else "ends at seq %d (the log was deleted or cut short)" % count))
+    return None
 
 
 def _canonical(entry):
@@ -125,8 +192,8 @@ def _torn_message(path, tail):
 
 def _next_link(path, last, anchors_path):
     """(seq, prev) of the entry that follows the line ``last`` (None: no entry yet); refuses a
-    last line that is not an entry, a fresh chain over existing anchors and a log whose head is
-    behind its anchors."""
+    last line that is not an entry, a fresh chain over existing anchors or ledger references,
+    and a log whose head is behind its anchors."""
     if last:
         try:
             prev = json.loads(last.decode("utf-8"))
@@ -137,6 +204,12 @@ def _next_link(path, last, anchors_path):
     else:
         seq, prev_hash = 1, GENESIS
     anchored = audit_anchor.last(anchors_path) if anchors_path else None
+    if seq == 1:
+        refs = ledger_refs(default_ledger(path))[0]
+        if refs:
+            raise AuditError("refusing to start a fresh chain in %s: the ledger entry %s names its audit entry at seq %d "
+                             "(hash %s), so the log was deleted or emptied. Restore the log, and run "
+                             "bin/hgpu-audit-verify %s" % (path, refs[0]["file"], refs[0]["seq"], refs[0]["hash"], path))
     if anchored and seq == 1:
         raise AuditError("refusing to start a fresh chain in %s: the anchors file %s records a head at seq %d "
                          "(hash %s), so the log was deleted or emptied. Restore the log, and run "
@@ -166,11 +239,13 @@ def _append_locked(handle, path, event, anchors_path):
     return entry
 
 
-def _anchor_locked(path, entry, anchors_path, checkpoint_key, checkpoint_every, syslog_socket):
+def _anchor_locked(path, entry, anchors_path, checkpoint_key, checkpoint_every, syslog_socket,
+                   checkpoint_required=False):
     """Record the new head outside the log; returns (checkpoint record or None, syslog sent, warnings).
 
     The anchors file must take the head (AuditError otherwise); a checkpoint or syslog that
-    cannot be written is a warning."""
+    cannot be written is a warning, and a checkpoint is an AuditError with
+    ``checkpoint_required``."""
     warnings = []
     seq, hash_ = entry["seq"], entry["hash"]
     checkpoint = None
@@ -186,6 +261,9 @@ def _anchor_locked(path, entry, anchors_path, checkpoint_key, checkpoint_every, 
                 audit_anchor.write(anchors_path, checkpoint)
             except (audit_anchor.AnchorError, OSError, cmd.CommandError) as exc:
                 checkpoint = None
+                if checkpoint_required:
+                    raise AuditError("%s: entry seq %d was appended but its head could not be signed into %s: %s"
+                                     % (path, seq, anchors_path, exc))
                 warnings.append("audit head seq %d was not checkpointed in %s: %s" % (seq, anchors_path, exc))
     sent = False
     if syslog_socket:
@@ -197,41 +275,71 @@ def _anchor_locked(path, entry, anchors_path, checkpoint_key, checkpoint_every, 
     return checkpoint, sent, warnings
 
 
-def _append_anchored(handle, path, event, anchors_path, checkpoint_key, checkpoint_every, syslog_socket):
+def _append_anchored(handle, path, event, anchors_path, checkpoint_key, checkpoint_every, syslog_socket,
+                     checkpoint_required=False):
     """Append under the held lock, then anchor the new head; the write() result."""
     entry = _append_locked(handle, path, event, anchors_path)
     checkpoint, sent, warnings = _anchor_locked(path, entry, anchors_path, checkpoint_key,
-                                                checkpoint_every, syslog_socket)
+                                                checkpoint_every, syslog_socket, checkpoint_required)
     warnings += audit_page.refresh(path, handle)  # the readable page beside the log
     return {"entry": entry, "head": {"seq": entry["seq"], "hash": entry["hash"]}, "anchors": anchors_path,
             "checkpoint": checkpoint, "syslog": sent, "warnings": warnings}
 
 
+def check_folders(path):
+    """Refuse a log whose folder, or the records folder above an ``audit`` folder, is a
+    symbolic link (files.LinkError)."""
+    folder = os.path.dirname(os.path.abspath(path))
+    files.real_folder(folder, "the audit folder")
+    if os.path.basename(folder) == "audit":
+        files.real_folder(os.path.dirname(folder), "the records folder")
+
+
 def _open_locked(path):
     directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o640)
+    check_folders(path)
+    os.makedirs(directory, mode=0o750, exist_ok=True)
+    check_folders(path)
+    fd = files.open_nofollow(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o640)
     handle = os.fdopen(fd, "r+b")
+    if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+        handle.close()
+        raise AuditError("%s is not a regular file" % path)
     fcntl.flock(handle, fcntl.LOCK_EX)
     return handle
 
 
-def write(path, event, anchors=None, checkpoint_key=None, checkpoint_every=100, syslog_socket=None):
-    """Append one event under an exclusive lock and anchor the new head.
-
-    ``anchors``: the anchors file (default ``<log>.anchors``); ``checkpoint_key``: an operator's
-    SSH key that signs a checkpoint every ``checkpoint_every`` entries; ``syslog_socket``: send
-    the head to syslog there (None: not at all). Returns {entry, head: {seq, hash}, anchors,
-    checkpoint, syslog, warnings}."""
-    anchors_path = anchors or audit_anchor.default_path(path)
+@contextlib.contextmanager
+def locked(path):
+    """Hold the log's exclusive lock (the one every append takes) and yield its open handle, so
+    a caller can read the log and append with ``append_held`` without another append between."""
     handle = _open_locked(path)
     try:
-        result = _append_anchored(handle, path, event, anchors_path, checkpoint_key, checkpoint_every,
-                                  syslog_socket)
+        yield handle
     finally:
         fcntl.flock(handle, fcntl.LOCK_UN)
         handle.close()
-    return result
+
+
+def append_held(handle, path, event, anchors=None, checkpoint_key=None, checkpoint_every=100, syslog_socket=None,
+                checkpoint_required=False):
+    """Append under a lock held with ``locked``; the write() result."""
+    return _append_anchored(handle, path, event, anchors or audit_anchor.default_path(path), checkpoint_key,
+                            checkpoint_every, syslog_socket, checkpoint_required)
+
+
+def write(path, event, anchors=None, checkpoint_key=None, checkpoint_every=100, syslog_socket=None,
+          checkpoint_required=False):
+    """Append one event under an exclusive lock and anchor the new head.
+
+    ``anchors``: the anchors file (default ``<log>.anchors``); ``checkpoint_key``: the SSH key
+    that signs a checkpoint when the head is ``checkpoint_every`` entries past the last one
+    (1: every head); ``checkpoint_required``: a checkpoint that cannot be signed is an
+    AuditError, not a warning; ``syslog_socket``: send the head to syslog there (None: not at
+    all). Returns {entry, head: {seq, hash}, anchors, checkpoint, syslog, warnings}."""
+    with locked(path) as handle:
+        return append_held(handle, path, event, anchors, checkpoint_key, checkpoint_every, syslog_socket,
+                           checkpoint_required)
 
 
 def append(path, event, **anchoring):
@@ -243,7 +351,7 @@ def current_head(path):
     """The last entry's {seq, hash}, or None for a missing or empty log (no chain check)."""
     if not os.path.exists(path):
         return None
-    with open(path, "rb") as handle:
+    with os.fdopen(files.open_nofollow(path, os.O_RDONLY), "rb") as handle:
         last = _last_line(handle)
     try:
         entry = json.loads(last.decode("utf-8")) if last else None
@@ -253,7 +361,7 @@ def current_head(path):
 
 
 def repair_torn_tail(path, executor, change_id="audit-repair", approver=None, anchors=None,
-                     checkpoint_key=None, checkpoint_every=100, syslog_socket=None):
+                     checkpoint_key=None, checkpoint_every=100, syslog_socket=None, checkpoint_required=False):
     """Move a torn last line aside and audit the repair.
 
     Touches only a last line with no newline that is not JSON: its bytes go to
@@ -288,7 +396,7 @@ def repair_torn_tail(path, executor, change_id="audit-repair", approver=None, an
         handle.flush()
         os.fsync(handle.fileno())
         result = _append_anchored(handle, path, event, anchors_path, checkpoint_key, checkpoint_every,
-                                  syslog_socket)
+                                  syslog_socket, checkpoint_required)
     finally:
         fcntl.flock(handle, fcntl.LOCK_UN)
         handle.close()
@@ -302,41 +410,16 @@ def _result(ok, count, prev_hash, bad=None, **extra):
     return res
 
 
-def verify(path, head=None, anchors=None, allowed_signers=None):
-    """Check the whole chain, then the log against its anchors.
-
-    Returns {'ok', 'entries', 'head', 'first_bad': {line, seq, problem, kind}, 'anchors': {path,
-    heads, checkpoints, signers}, 'warnings'}. ``kind`` names what was found: broken (a line of
-    the chain), torn (a last line cut short), truncated, rewritten or deleted. ``anchors``: the
-    anchors file (default ``<log>.anchors``); ``allowed_signers``: the file the checkpoints'
-    signatures are checked against (without it they are counted, not checked)."""
-    anchors_path = anchors or audit_anchor.default_path(path)
-    records, warnings = audit_anchor.read(anchors_path)
-    summary = {"path": anchors_path, "heads": sum(1 for r in records if r["type"] == "head"),
-               "checkpoints": sum(1 for r in records if r["type"] == "checkpoint"), "signers": []}
-    extra = {"anchors": summary, "warnings": warnings}
-    if summary["checkpoints"] and not allowed_signers:
-        warnings.append("%d signed checkpoints in %s were not checked (no allowed signers file given)"
-                        % (summary["checkpoints"], anchors_path))
-    absent = not os.path.exists(path)
-    if absent or os.path.getsize(path) == 0:
-        if records:
-            top = max(records, key=lambda r: r["seq"])
-            return _result(False, 0, None, {
-                "line": 0, "seq": None, "kind": "deleted",
-                "problem": "deleted: %s is %s but %s anchored a head at seq %d (hash %s)"
-                           % (path, "missing" if absent else "empty", anchors_path, top["seq"], top["hash"])}, **extra)
-        if absent:
-            return _result(False, 0, None, {"line": 0, "seq": None, "kind": "missing",
-                                            "problem": "%s does not exist" % path}, **extra)
-    prev_hash, expect_seq, hashes = GENESIS, 1, []
-    with open(path, "rb") as handle:
+def _chain(path, extra):
+    """Walk the chain of the log ``path``: (hashes, entries, None) or (hashes, entries, bad result)."""
+    prev_hash, expect_seq, hashes, entries = GENESIS, 1, [], []
+    with os.fdopen(files.open_nofollow(path, os.O_RDONLY), "rb") as handle:
         for lineno, raw in enumerate(handle, 1):
             count = len(hashes)
 
             def bad(problem, seq=None, kind="broken"):
-                return _result(False, count, prev_hash,
-                               {"line": lineno, "seq": seq, "problem": problem, "kind": kind}, **extra)
+                return hashes, entries, _result(False, count, prev_hash,
+                                                {"line": lineno, "seq": seq, "problem": problem, "kind": kind}, **extra)
             try:
                 entry = json.loads(raw.decode("utf-8"))
             except (ValueError, UnicodeDecodeError):
@@ -360,8 +443,109 @@ def verify(path, head=None, anchors=None, allowed_signers=None):
                 return bad("missing %s" % ", ".join(missing), seq)
             prev_hash, expect_seq = entry["hash"], expect_seq + 1
             hashes.append(prev_hash)
+            entries.append(entry)
+    return hashes, entries, None
+
+
+def _signers_file(allowed_signers, checkpoint_key, folder):
+    """The allowed_signers file checkpoints are checked against: the one given, else one made
+    in ``folder`` from the checkpoint key's public half; None when there is neither."""
+    if allowed_signers:
+        return allowed_signers
+    if checkpoint_key:
+        return audit_anchor.key_signers(checkpoint_key, folder)
+    return None
+
+
+def verify(path, head=None, anchors=None, allowed_signers=None, checkpoint_every=audit_anchor.CHECKPOINT_EVERY,
+           checkpoint_key=None,
+           require_checkpoints=None, ledger_dir=None, syslog=None, all_signatures=True, entries_out=None,
+           head_checkpoint=True):
+    """Check the whole chain, then the log against its anchors, its ledger and syslog's heads.
+
+    Returns {'ok', 'entries', 'head', 'first_bad': {line, seq, problem, kind}, 'anchors': {path,
+    heads, checkpoints, signers}, 'ledger': {path, references}, 'syslog': {source, heads},
+    'warnings'}. ``kind`` names what was found: broken (a line of the chain), torn (a last line
+    cut short), truncated, rewritten, deleted, missing or refused (a symbolic link).
+
+    ``anchors``: the anchors file (default ``<log>.anchors``). ``allowed_signers``: the file the
+    checkpoints' signatures are checked against; without it, the public half of
+    ``checkpoint_key`` (without either they are counted, not checked). ``require_checkpoints``
+    (default: whether ``checkpoint_key`` is given): the log must carry a signed checkpoint at
+    its head (with ``head_checkpoint`` false: within ``checkpoint_every`` entries of it) and at
+    least every ``checkpoint_every`` entries, else it was rewritten.
+    ``all_signatures``: check every checkpoint's signature, else one per ``checkpoint_every``
+    entries and the head's. ``ledger_dir``: the ledger whose references the log must hold
+    (default ``default_ledger``). ``syslog``: where to read the heads syslog kept
+    (audit_anchor.syslog_heads; None: not read). ``entries_out``: a list that receives the
+    entries of a log that verifies."""
+    anchors_path = anchors or audit_anchor.default_path(path)
+    extra = {"anchors": {"path": anchors_path, "heads": 0, "checkpoints": 0, "signers": [], "required": False,
+                         "every": checkpoint_every}, "warnings": [],
+             "ledger": {"path": None, "references": 0}, "syslog": {"source": None, "heads": 0}}
+
+    def refused(problem):
+        return _result(False, 0, None, {"line": 0, "seq": None, "kind": "refused", "problem": problem}, **extra)
+    try:
+        check_folders(path)
+        records, warnings = audit_anchor.read(anchors_path)
+    except OSError as exc:
+        return refused("refused: %s" % exc)
+    summary = extra["anchors"]
+    summary.update(heads=sum(1 for r in records if r["type"] == "head"),
+                   checkpoints=sum(1 for r in records if r["type"] == "checkpoint"))
+    extra["warnings"] = warnings
+    required = bool(checkpoint_key) if require_checkpoints is None else bool(require_checkpoints)
+    every = max(1, int(checkpoint_every or 100))
+    summary["required"], summary["every"] = required, every
+    ledger = ledger_dir if ledger_dir is not None else default_ledger(path)
+    refs, ledger_problems = ledger_refs(ledger)
+    extra["ledger"] = {"path": ledger, "references": len(refs)}
+    if ledger_problems:
+        return refused("refused: %s" % "; ".join(ledger_problems))
+    if os.path.islink(path):
+        return refused("refused: %s is a symbolic link; it is not followed" % path)
+    absent = not os.path.exists(path)
+    if absent or os.path.getsize(path) == 0:
+        if records:
+            top = max(records, key=lambda r: r["seq"])
+            return _result(False, 0, None, {
+                "line": 0, "seq": None, "kind": "deleted",
+                "problem": "deleted: %s is %s but %s anchored a head at seq %d (hash %s)"
+                           % (path, "missing" if absent else "empty", anchors_path, top["seq"], top["hash"])}, **extra)
+        found = ledger_contradiction(refs, [], path)
+        if found:
+            return _result(False, 0, None, {"line": 0, "seq": found[2], "kind": found[0], "problem": found[3]}, **extra)
+        if absent:
+            return _result(False, 0, None, {"line": 0, "seq": None, "kind": "missing",
+                                            "problem": "%s does not exist" % path}, **extra)
+    hashes, entries, bad = _chain(path, extra)
+    if bad:
+        return bad
     count = len(hashes)
-    found, summary["signers"] = audit_anchor.contradiction(records, hashes, anchors_path, allowed_signers)
+    prev_hash = hashes[-1] if hashes else GENESIS
+    tmp = tempfile.mkdtemp(prefix="hgpu-audit-verify-")
+    try:
+        try:
+            signers = _signers_file(allowed_signers, checkpoint_key, tmp)
+        except audit_anchor.AnchorError as exc:
+            return refused("refused: %s" % exc)
+        if summary["checkpoints"] and not signers:
+            warnings.append("%d signed checkpoints in %s were not checked (no allowed signers file given)"
+                            % (summary["checkpoints"], anchors_path))
+        found, summary["signers"] = audit_anchor.contradiction(records, hashes, anchors_path, signers, every,
+                                                               required, all_signatures, head_checkpoint)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    if not found:
+        found = ledger_contradiction(refs, hashes, path)
+    if not found and syslog:
+        try:
+            heads, source = audit_anchor.syslog_heads(path, syslog)
+        except audit_anchor.AnchorError as exc:
+            return refused("refused: %s" % exc)
+        extra["syslog"] = {"source": source, "heads": len(heads)}
+        found = audit_anchor.syslog_contradiction(heads, hashes, source, path)
     if found:
         kind, line, seq, problem = found
         return _result(False, count, prev_hash, {"line": line, "seq": seq, "problem": problem, "kind": kind}, **extra)
@@ -369,14 +553,16 @@ def verify(path, head=None, anchors=None, allowed_signers=None):
         return _result(False, count, prev_hash, {
             "line": count + 1, "seq": count + 1, "kind": "truncated",
             "problem": "the log ends before the recorded head %s (lines were cut off the end)" % head}, **extra)
-    return _result(True, count, prev_hash, **extra)
+    if entries_out is not None:
+        entries_out.extend(entries)
+    return _result(True, count, prev_hash if count else GENESIS, **extra)
 
 
 def read(path, change_id=None, target=None):
     out = []
     if not os.path.exists(path):
         return out
-    with open(path, "rb") as handle:
+    with os.fdopen(files.open_nofollow(path, os.O_RDONLY), "rb") as handle:
         for raw in handle:
             entry = json.loads(raw.decode("utf-8"))
             if change_id and entry.get("change_id") != change_id:

@@ -12,20 +12,65 @@ write leaves the old content and no temporary file behind.
 - ``move(src, dst)``: a rename within one file system, both folders fsynced.
 - ``read_text(path)``: a file's text, or None when it does not exist.
 - ``digest(path)``: a file's SHA-256 and mode, or None when it does not exist.
+- ``real_folder(path, what)``: refuses a folder that is a symbolic link (or not a folder).
+- ``open_nofollow(path, flags, mode)``: ``os.open`` that refuses a symbolic link at ``path``.
+- ``read_json_nofollow(path)``: a JSON file's content, refusing a symbolic link.
 
-The folder must exist; callers create it with the mode they need.
+The temporary file is created exclusively and never through a symbolic link, so a link
+planted at its name cannot redirect the write. The folder must exist; callers create it with
+the mode they need.
 """
 
 from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import errno
 import hashlib
+import json
 import os
 import shutil
 import stat
 import tempfile
 import uuid
+
+
+NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+
+
+class LinkError(OSError):
+    """A records path is a symbolic link (or not the kind of file expected) and is refused."""
+
+
+def real_folder(path, what="folder"):
+    """Refuse ``path`` when it is a symbolic link or exists and is not a folder (LinkError)."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if stat.S_ISLNK(st.st_mode):
+        raise LinkError(errno.ELOOP, "%s %s is a symbolic link; it must be a real folder" % (what, path))
+    if not stat.S_ISDIR(st.st_mode):
+        raise LinkError(errno.ENOTDIR, "%s %s is not a folder" % (what, path))
+
+
+def open_nofollow(path, flags, mode=0o600):
+    """``os.open(path, flags | O_NOFOLLOW, mode)``; a symbolic link at ``path`` is a LinkError."""
+    try:
+        return os.open(path, flags | NOFOLLOW | getattr(os, "O_CLOEXEC", 0), mode)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise LinkError(errno.ELOOP, "%s is a symbolic link; it is not followed" % path)
+        raise
+
+
+def read_json_nofollow(path):
+    """The JSON content of the regular file ``path`` (not through a symbolic link)."""
+    fd = open_nofollow(path, os.O_RDONLY)
+    with os.fdopen(fd, "r", encoding="utf-8") as handle:
+        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+            raise LinkError(errno.EINVAL, "%s is not a regular file" % path)
+        return json.load(handle)
 
 
 def sync_folder(folder):
@@ -46,7 +91,7 @@ def _remove(path):
 
 def _open_temp(folder, name):
     """A new file next to the target, created 0666 less the umask (what open() gives)."""
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
     while True:
         # the random part goes last, so a reader listing *.json never picks it up
         tmp = os.path.join(folder, ".%s.%s" % (name, uuid.uuid4().hex[:12]))
@@ -60,10 +105,12 @@ def _set_mode(fd, path, mode):
     if mode is not None:
         os.fchmod(fd, mode)
         return
-    # like the file it replaces: its mode and, where allowed, its owner
+    # like the file it replaces: its mode and, where allowed, its owner (never a link's target's)
     try:
-        old = os.stat(path)
+        old = os.lstat(path)
     except FileNotFoundError:
+        return
+    if stat.S_ISLNK(old.st_mode):
         return
     os.fchmod(fd, stat.S_IMODE(old.st_mode))
     try:
