@@ -18,20 +18,7 @@ from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import appr
 from ansible_collections.hybridgpu.fleet.plugins.plugin_utils import pinned
 
 ACTION = "driver_upgrade"
-
-
-def verify(args, host, check_mode):
-    """The verified approval for ``host`` (ApprovalError when refused) and when the ledger says
-    the change was done there."""
-    targets = args.get("targets") or []
-    if host not in targets:
-        raise approval.ApprovalError(["targets: this node %s is not one of the run's targets [%s]"
-                                      % (host, ", ".join(targets))])
-    params = dict(args, action=ACTION, playbook=args.get("playbook") or "upgrade_rehearsal.yml",
-                  ledger_dir=None if check_mode else args["ledger_dir"])
-    verified = approval.gate(params)
-    done = ((verified.get("ledger") or {}).get("done") or {}).get(host)
-    return verified, (done or {}).get("at")
+PLAYBOOK = "upgrade_rehearsal.yml"
 
 
 class ActionModule(ActionBase):
@@ -39,14 +26,12 @@ class ActionModule(ActionBase):
     def run(self, tmp=None, task_vars=None):
         task_vars = task_vars or {}
         result = super(ActionModule, self).run(tmp, task_vars)
-        args = pinned.module_args(self, task_vars)
         host = task_vars.get("inventory_hostname")
         try:
-            verified, done_at = verify(args, host, self._play_context.check_mode)
+            verified, args = pinned.verify_for_host(self, task_vars, ACTION, PLAYBOOK)
         except approval.ApprovalError as exc:
-            result.update(failed=True, msg="%s. Nothing was changed." % exc, problems=exc.problems,
-                          change_id=exc.change_id)
-            return result
+            return pinned.refused(result, exc)
+        done_at = (((verified.get("ledger") or {}).get("done") or {}).get(host) or {}).get("at")
         module_args = {k: v for k, v in args.items() if k not in ("boundary_signers", "ledger_dir", "awx_user")}
         module_args["approval"] = {k: v for k, v in verified.items() if k != "ledger"}
         if done_at:

@@ -25,6 +25,7 @@ description:
     would change the node's driver again is refused.
 extends_documentation_fragment:
   - hybridgpu.fleet.attributes
+  - hybridgpu.fleet.change_record
 options:
   package:
     description: Driver package to install (it replaces any other driver package it conflicts with).
@@ -53,27 +54,6 @@ options:
     description: Driver branch of O(package) (for example C(550)); names the fabric manager package that moves with it.
     type: str
     default: ""
-  boundary:
-    description: Access boundary on the control host (with C(<boundary>.sig)).
-    type: path
-    required: true
-  record_path:
-    description: The change record file on the control host; its signature is C(record_path) with C(.sig) appended.
-    type: path
-  record_text:
-    description: The change record as text, byte for byte as it was signed (AWX).
-    type: str
-  signature:
-    description: The record's armoured signature text (with O(record_text)).
-    type: str
-  executor:
-    description: Person id running the upgrade (outside AWX; under AWX the launching user).
-    type: str
-  targets:
-    description: Every host of this run; the node must be one, each must be in the record's targets.
-    type: list
-    elements: str
-    required: true
   playbook:
     description: The playbook of this run; must be the record's C(playbook).
     type: str
@@ -100,7 +80,6 @@ EXAMPLES = r"""
   hybridgpu.fleet.driver_package:
     package: nvidia-driver-550
     version: 550.163.01-1
-    boundary: "{{ hgpu_boundary_path }}"
     record_path: CHG-42.yml
     executor: ops-oncall
     targets: "{{ ansible_play_hosts_all }}"
@@ -138,12 +117,12 @@ ARGUMENT_SPEC = dict(
     hold=dict(type="bool", default=True),
     companion_prefix=dict(type="str", default="nvidia-fabricmanager-"),
     branch=dict(type="str", default=""),
-    boundary=dict(type="path", required=True),
+    boundary=dict(type="path"),
     record_path=dict(type="path"),
     record_text=dict(type="str"),
     signature=dict(type="str", no_log=False),
     executor=dict(type="str"),
-    targets=dict(type="list", elements="str", required=True),
+    targets=dict(type="list", elements="str"),
     playbook=dict(type="str", default="upgrade_rehearsal.yml"),
     approval=dict(type="dict"),
     done_at=dict(type="str"),

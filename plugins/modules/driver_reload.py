@@ -23,9 +23,19 @@ description:
     are started again and the result asks for a reboot with C(modprobe)'s message.
   - Acts only when the loaded module differs from O(expected_version), which happens after the
     package change that M(hybridgpu.fleet.driver_package) makes under a verified change record.
+  - Runs only under a signed change record for action C(driver_upgrade) that names this node,
+    which its action plugin verifies on the control host before the module runs.
 extends_documentation_fragment:
   - hybridgpu.fleet.attributes
+  - hybridgpu.fleet.change_record
 options:
+  playbook:
+    description: The playbook of this run; must be the record's C(playbook).
+    type: str
+    default: upgrade_rehearsal.yml
+  approval:
+    description: Set by the action plugin (the verified change); a task may not set it.
+    type: dict
   expected_version:
     description:
       - The driver version (C(550.163.01)) or branch (C(550)) the loaded module must have.
@@ -75,10 +85,14 @@ EXAMPLES = r"""
 - name: Load the new driver's module, or learn that a reboot is needed
   hybridgpu.fleet.driver_reload:
     expected_version: "550"
+    record_path: CHG-42.yml
+    executor: ops-oncall
   register: reload
 
-- name: Reboot when the module is in use
-  ansible.builtin.reboot:
+- name: Reboot when the module is in use (under the same record)
+  hybridgpu.fleet.driver_reboot:
+    record_path: CHG-42.yml
+    executor: ops-oncall
   when: reload.reboot_needed
 """
 
@@ -143,6 +157,14 @@ ARGUMENT_SPEC = dict(
                     default=["nvidia-persistenced.service", "nvidia-dcgm.service", "dcgm.service",
                              "nvidia-fabricmanager.service"]),
     device_glob=dict(type="str", default="/dev/nvidia*"),
+    boundary=dict(type="path"),
+    record_path=dict(type="path"),
+    record_text=dict(type="str"),
+    signature=dict(type="str", no_log=False),
+    executor=dict(type="str"),
+    targets=dict(type="list", elements="str"),
+    playbook=dict(type="str", default="upgrade_rehearsal.yml"),
+    approval=dict(type="dict"),
 )
 
 
@@ -165,6 +187,10 @@ def check_inputs(module, p):
 def main():
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     p = module.params
+    verified = p["approval"] or {}
+    if verified.get("approved") is not True or verified.get("action") != "driver_upgrade":
+        module.fail_json(msg="driver_reload runs only through its action plugin, under a verified driver_upgrade "
+                         "change record for this node; nothing was changed")
     check_inputs(module, p)
 
     def run(argv, ok=(0,)):

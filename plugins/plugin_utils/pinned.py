@@ -41,6 +41,8 @@ from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 from ansible.utils.vars import load_extra_vars
 
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import approval
+
 PINNED_FILE = "/etc/hybridgpu/boundary_signers"
 PINNED_VAR = "hgpu_boundary_signers"
 PINNED_BOUNDARY_FILE = "/etc/hybridgpu/boundary.yml"
@@ -179,6 +181,37 @@ def module_args(action, task_vars):
     if user:
         args["awx_user"] = user
     return args
+
+
+# Options of a task that acts under a change record: what the verification reads.
+RECORD_ARGS = ("record_path", "record_text", "signature", "executor", "targets", "playbook")
+
+
+def verify_for_host(action, task_vars, change_action, playbook):
+    """Verify the task's signed change record for the host the task is about to change.
+
+    Runs the full approval check (approval.gate: the pinned boundary and signers, the record's
+    signature, action, playbook, window, executor, and the ledger of change ids; no ledger write
+    in check mode) for ``change_action`` and refuses a host that is not one of the run's targets.
+    The targets are the task's ``targets``, else the play's hosts. Returns (verified approval,
+    the task's arguments with the pinned ones added); raises approval.ApprovalError."""
+    args = module_args(action, task_vars)
+    host = task_vars.get("inventory_hostname")
+    targets = args.get("targets") or list(task_vars.get("ansible_play_hosts_all") or [])
+    if host not in targets:
+        raise approval.ApprovalError(["targets: this node %s is not one of the run's targets [%s]"
+                                      % (host, ", ".join(targets))])
+    check_mode = action._task.check_mode  # pylint: disable=protected-access
+    params = dict(args, targets=targets, action=change_action, playbook=args.get("playbook") or playbook,
+                  ledger_dir=None if check_mode else args["ledger_dir"])
+    return approval.gate(params), args
+
+
+def refused(result, exc):
+    """``result`` updated to say why the change record was refused (approval.ApprovalError)."""
+    result.update(failed=True, changed=False, msg="%s. Nothing was changed." % exc, problems=exc.problems,
+                  change_id=exc.change_id)
+    return result
 
 
 class PinnedArgsAction(ActionBase):

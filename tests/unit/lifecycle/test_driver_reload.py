@@ -1,13 +1,18 @@
 """Loading the new driver's module after a package change: the holders of the devices are
 found in the real /proc, a held module asks for a reboot naming the holder, a free one is
 unloaded and loaded. The module runs through ansible-playbook on localhost with the lab's
-nvidia-smi and modprobe stand-ins first on PATH (their state in a temporary folder)."""
+nvidia-smi and modprobe stand-ins first on PATH (their state in a temporary folder), under a
+signed driver_upgrade change record its action plugin verifies."""
 import json
 import os
 import subprocess
 import sys
 
 import pytest
+import yaml
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import lifecycle_support as ls  # noqa: E402
 
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.common.cmd import Result
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.lifecycle import driver_reload as dr
@@ -98,8 +103,13 @@ def test_a_reload_that_leaves_another_version_fails():
 
 # The module itself, through ansible-playbook, against the stand-ins.
 
+@pytest.fixture(scope="module")
+def people(tmp_path_factory):
+    return ls.make_approvers(str(tmp_path_factory.mktemp("approvers")))
+
+
 @pytest.fixture
-def node(tmp_path):
+def node(tmp_path, people):
     """The stand-ins as nvidia-smi and modprobe in a bin folder first on PATH, the driver 535
     installed and loaded, the device files in tmp/dev."""
     bin_dir, dev = tmp_path / "bin", tmp_path / "dev"
@@ -115,17 +125,26 @@ def node(tmp_path):
            "HGPU_DRIVER_JSON": str(tmp_path / "driver.json"), "HGPU_KMOD_JSON": str(tmp_path / "kmod.json"),
            "HGPU_KMOD_STATE": str(tmp_path / "loaded.json"), "HGPU_DEV_DIR": str(dev)}
     subprocess.run(["modprobe", "nvidia"], env=dict(os.environ, **env), check=True)
-    return {"tmp": tmp_path, "env": env, "dev": dev}
+    (tmp_path / "inventory.yml").write_text(yaml.safe_dump({"all": {"hosts": {"localhost": {
+        "ansible_connection": "local", "ansible_python_interpreter": sys.executable}},
+        "vars": {"hgpu_boundary_signers": people["signers"], "hgpu_boundary_path": people["boundary"],
+                 "hgpu_records_dir": str(tmp_path / "records")}}}))
+    record = ls.write_record(str(tmp_path), "chg.yml", ls.record_text(change_id="CHG-RELOAD-1", targets=("localhost",)),
+                             people["keys"]["sec-owner"])
+    return {"tmp": tmp_path, "env": env, "dev": dev, "record": record}
 
 
 def run_module(node, check=False, **args):
-    args = dict({"expected_version": "550", "stop_units": [], "device_glob": str(node["dev"]) + "/nvidia*"}, **args)
+    args = dict({"expected_version": "550", "stop_units": [], "device_glob": str(node["dev"]) + "/nvidia*",
+                 "record_path": node["record"], "executor": "ops-oncall"}, **args)
+    args = {k: v for k, v in args.items() if v is not None}
     play = [{"hosts": "localhost", "gather_facts": False, "environment": node["env"],
-             "tasks": [{"hybridgpu.fleet.driver_reload": args, "register": "out"},
+             "tasks": [{"hybridgpu.fleet.driver_reload": args, "register": "out", "ignore_errors": True},
                        {"ansible.builtin.copy": {"content": "{{ out | to_json }}", "dest": str(node["tmp"] / "out.json")},
-                        "check_mode": False}]}]
+                        "check_mode": False},
+                       {"ansible.builtin.assert": {"that": "out is not failed"}}]}]
     (node["tmp"] / "play.yml").write_text(json.dumps(play))
-    res = subprocess.run([os.path.join(BIN, "ansible-playbook"), "-i", "localhost,", "-c", "local", "-e", "ansible_python_interpreter=" + sys.executable]
+    res = subprocess.run([os.path.join(BIN, "ansible-playbook"), "-i", str(node["tmp"] / "inventory.yml")]
                          + (["--check"] if check else []) + [str(node["tmp"] / "play.yml")],
                          env=dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg")),
                          capture_output=True, text=True, cwd=REPO, check=False)
@@ -184,5 +203,57 @@ def test_module_with_reload_off_asks_for_a_reboot(node):
 ])
 def test_bad_input_is_refused_naming_the_field(node, field, value, says):
     res, out = run_module(node, **{field: value})
-    assert res.returncode != 0 and out is None
+    assert res.returncode != 0 and out["failed"]
     assert ("%s:" % says) in res.stdout, res.stdout[-2000:]
+
+
+# --- the reload verifies the change record itself ---------------------------------------------
+def test_without_a_verified_record_nothing_is_unloaded(node, people):
+    """Started past the play's approval (the task alone), with no record, an unsigned one, or one
+    for another node: the daemons are not stopped and the old module stays loaded."""
+    (node["tmp"] / "driver.json").write_text(json.dumps(DRIVER_550))
+    unsigned = ls.write_record(str(node["tmp"]), "unsigned.yml", ls.record_text(
+        change_id="CHG-RELOAD-2", targets=("localhost",)))
+    other = ls.write_record(str(node["tmp"]), "other.yml", ls.record_text(
+        change_id="CHG-RELOAD-3", targets=("owned-a100-2",)), people["keys"]["sec-owner"])
+    for record, says in ((None, "record"), (unsigned, "unsigned: no signature file"),
+                         (other, "localhost not in the approved targets")):
+        res, out = run_module(node, record_path=record)
+        assert res.returncode != 0 and out["failed"] and says in out["msg"], out
+        assert "reloaded" not in out
+        assert smi_version(node).returncode == 18, "the old module must stay loaded"
+    assert not (node["tmp"] / "records" / "approvals" / "CHG-RELOAD-2.json").exists()
+
+
+def test_a_host_that_is_not_a_run_target_is_refused(node):
+    (node["tmp"] / "driver.json").write_text(json.dumps(DRIVER_550))
+    res, out = run_module(node, targets=["owned-a100-2"])
+    assert res.returncode != 0 and "this node localhost is not one of the run's targets" in out["msg"]
+    assert smi_version(node).returncode == 18
+
+
+def run_reboot(node, check, **args):
+    args = dict({"record_path": node["record"], "executor": "ops-oncall"}, **args)
+    args = {k: v for k, v in args.items() if v is not None}
+    play = [{"hosts": "localhost", "gather_facts": False,
+             "tasks": [{"hybridgpu.fleet.driver_reboot": args, "register": "out", "ignore_errors": True},
+                       {"ansible.builtin.copy": {"content": "{{ out | to_json }}", "dest": str(node["tmp"] / "out.json")},
+                        "check_mode": False}]}]
+    (node["tmp"] / "reboot.yml").write_text(json.dumps(play))
+    subprocess.run([os.path.join(BIN, "ansible-playbook"), "-i", str(node["tmp"] / "inventory.yml")]
+                   + (["--check"] if check else []) + [str(node["tmp"] / "reboot.yml")],
+                   env=dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg")),
+                   capture_output=True, text=True, cwd=REPO, check=False)
+    return json.loads((node["tmp"] / "out.json").read_text())
+
+
+def test_the_reboot_runs_only_under_a_verified_record(node):
+    """The reboot is ansible.builtin.reboot behind the record check: without a record it is
+    refused before the reboot action is reached; with the record the reboot action runs (on this
+    local connection it refuses for its own reason: it would reboot the control host)."""
+    out = run_reboot(node, check=False, record_path=None)
+    assert out["failed"] and not out["rebooted"] and "change is not approved" in out["msg"], out
+    out = run_reboot(node, check=True, targets=["owned-a100-2"])
+    assert out["failed"] and "this node localhost is not one of the run's targets" in out["msg"], out
+    out = run_reboot(node, check=False)
+    assert out["failed"] and not out["rebooted"] and "would reboot the control node" in out["msg"], out
