@@ -26,11 +26,19 @@ description:
 extends_documentation_fragment:
   - hybridgpu.fleet.attributes
   - hybridgpu.fleet.k8s_auth
+  - hybridgpu.fleet.change_record
 options:
   name:
-    description: Node name.
+    description: Node name; it must be one of the record's targets.
     type: str
     required: true
+  change_action:
+    description:
+      - The change the drain is part of, whose signed record the action plugin verifies for this
+        node before the Node is touched (cordon, evictions and uncordon all change it).
+    type: str
+    required: true
+    choices: [remove, driver_upgrade]
   state:
     description: What the Node should be.
     type: str
@@ -80,6 +88,9 @@ EXAMPLES = r"""
     context: onprem
     name: "{{ inventory_hostname }}"
     timeout: 300
+    change_action: driver_upgrade
+    record_path: CHG-42.yml
+    executor: ops-oncall
   delegate_to: localhost
   register: drain
 
@@ -88,6 +99,9 @@ EXAMPLES = r"""
     context: onprem
     name: "{{ inventory_hostname }}"
     state: uncordoned
+    change_action: driver_upgrade
+    record_path: CHG-42.yml
+    executor: ops-oncall
   delegate_to: localhost
 """
 
@@ -153,6 +167,13 @@ ARGUMENT_SPEC = dict(
     allow_unmanaged=dict(type="bool", default=False),
     force_delete=dict(type="bool", default=False),
     force_after=dict(type="float", default=30.0),
+    change_action=dict(type="str", required=True, choices=["remove", "driver_upgrade"]),
+    boundary=dict(type="path"),
+    record_path=dict(type="path"),
+    record_text=dict(type="str"),
+    signature=dict(type="str", no_log=False),
+    executor=dict(type="str"),
+    targets=dict(type="list", elements="str"),
 )
 
 

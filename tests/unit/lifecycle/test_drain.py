@@ -235,3 +235,63 @@ def test_cordon_and_uncordon_read_the_node_only(cluster, node):
     assert d.uncordon() == {"node": node, "was_cordoned": True, "changed": True}
     assert not cluster["core"].read_node(node).spec.unschedulable
     assert d.uncordon()["changed"] is False
+
+
+# --- the drain verifies the change record itself -------------------------------------------------
+def drain_task(cluster, tmp_path, node, people, record, extra_vars=None, **args):
+    """One hybridgpu.fleet.k8s_drain task on localhost as the drain role runs it (the pinned
+    boundary, signers and records folder from the inventory); returns the task's result."""
+    import json
+    import subprocess
+    import yaml
+    (tmp_path / "inventory.yml").write_text(yaml.safe_dump({"all": {"hosts": {"localhost": {
+        "ansible_connection": "local", "ansible_python_interpreter": sys.executable}},
+        "vars": {"hgpu_boundary_signers": people["signers"], "hgpu_boundary_path": people["boundary"],
+                 "hgpu_records_dir": str(tmp_path / "records")}}}))
+    task = dict({"kubeconfig": cluster["kubeconfig"], "context": "drain", "name": node, "state": "cordoned",
+                 "change_action": "driver_upgrade", "record_path": record, "executor": "ops-oncall"}, **args)
+    task = {k: v for k, v in task.items() if v is not None}
+    (tmp_path / "play.yml").write_text(json.dumps([{"hosts": "localhost", "gather_facts": False, "tasks": [
+        {"hybridgpu.fleet.k8s_drain": task, "register": "out", "ignore_errors": True},
+        {"ansible.builtin.copy": {"content": "{{ out | to_json }}", "dest": str(tmp_path / "out.json")}}]}]))
+    cmd = [os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i", str(tmp_path / "inventory.yml"),
+           str(tmp_path / "play.yml")]
+    if extra_vars:
+        cmd += ["-e", json.dumps(extra_vars)]
+    subprocess.run(cmd, env=dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg")),
+                   capture_output=True, text=True, cwd=REPO, check=False, timeout=120)
+    return json.loads((tmp_path / "out.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def people(tmp_path_factory):
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import lifecycle_support as ls  # pylint: disable=import-outside-toplevel
+    return dict(ls.make_approvers(str(tmp_path_factory.mktemp("approvers"))), ls=ls)
+
+
+def test_a_drain_without_a_verified_record_leaves_the_node_schedulable(cluster, node, people, tmp_path):
+    ls = people["ls"]
+    unsigned = ls.write_record(str(tmp_path), "unsigned.yml", ls.record_text(change_id="CHG-DR-1", targets=("localhost", node)))
+    other = ls.write_record(str(tmp_path), "other.yml", ls.record_text(change_id="CHG-DR-2", targets=("localhost", "some-node")),
+                            people["keys"]["sec-owner"])
+    cases = ((unsigned, {}, "unsigned: no signature file"),
+             (other, {}, "Node %s is not one of the approved targets" % node),
+             (other, {"change_action": "remove"}, "the record approves 'driver_upgrade', this run does 'remove'"))
+    for record, args, says in cases:
+        out = drain_task(cluster, tmp_path, node, people, record, **args)
+        assert out["failed"] and says in out["msg"], out
+        assert not unschedulable(cluster, node)
+    # the same, started past the play's approval with a verified change given as an extra var
+    out = drain_task(cluster, tmp_path, node, people, None, extra_vars={"drain_change": {"change_id": "CHG-FAKE"}})
+    assert out["failed"] and "drain_change given as an extra var" in out["msg"], out
+    assert not unschedulable(cluster, node)
+
+
+def test_a_drain_under_its_verified_record_cordons(cluster, node, people, tmp_path):
+    ls = people["ls"]
+    record = ls.write_record(str(tmp_path), "chg.yml", ls.record_text(change_id="CHG-DR-3", targets=("localhost", node)),
+                             people["keys"]["sec-owner"])
+    out = drain_task(cluster, tmp_path, node, people, record)
+    assert not out.get("failed") and out["changed"] and out["change_id"] == "CHG-DR-3", out
+    assert unschedulable(cluster, node)
