@@ -35,7 +35,8 @@ options:
     description:
       - The local queue at one moment, as a queue backend reports it.
       - C(now) (epoch seconds), C(jobs) (list of C(job_id), C(job_class), C(submit_time), C(state),
-        C(gpus), C(gpu_type), optional C(deadline) and C(expected_start)), C(free_gpus) (map of GPU type to count),
+        C(gpus), C(gpu_type), optional C(deadline), C(expected_start) and C(restricted_placement), the job's
+        placement fields that select restricted data; such a job never moves), C(free_gpus) (map of GPU type to count),
         optional C(total_gpus).
     type: dict
     required: true

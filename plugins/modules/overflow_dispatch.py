@@ -105,6 +105,12 @@ options:
         or C(slurm) (C(host), C(ssh_key), C(user), C(known_hosts)). Unknown keys are refused.
       - A Slurm job's class comes from its partition, QOS and account (the C(slurm) block of each class in
         I(job_classes)), never from anything the job's owner writes in the job.
+      - A Kubernetes Job's class comes from its namespace and Kueue LocalQueue (label C(kueue.x-k8s.io/queue-name);
+        the C(kubernetes) block of each class), never from a label its submitter sets. A Job whose nodeSelector,
+        node affinity or tolerations select restricted placement (keys under C(node-restriction.kubernetes.io/), or
+        the C(restricted_placement) labels and taints of I(job_classes)) never moves, whatever its class.
+      - The cloud pod spec is built from an allowlist of the queued Job's pod template; any other field is refused
+        before any hold, with its path named (docs/runbooks/overflow_check.md, "How a job is carried").
     type: dict
     required: true
     suboptions:

@@ -43,7 +43,7 @@ def build_local(opts, classes):
     kind = opts.get("kind")
     if kind == "kubernetes":
         return K8sLocalQueue(_kube(opts, "local_queue"), namespace=opts.get("namespace") or "overflow-local",
-                             node_selector=opts.get("node_selector"), tolerations=opts.get("tolerations"))
+                             node_selector=opts.get("node_selector"), tolerations=opts.get("tolerations"), classes=classes)
     if kind == "slurm":
         if not opts.get("host") or not opts.get("ssh_key"):
             raise RunError("local_queue: kind slurm needs host and ssh_key")
@@ -109,7 +109,8 @@ def cloud_spec(job_id, cls, template, inputs=(), local=None, slurm_read=None):
         job = local.kube.get_job(local.ns, job_id)
         if job is None:
             raise carry.CarryRefused(job_id, ["to be in the local queue (no Job %s/%s)" % (local.ns, job_id)])
-        pod, rewrites = carry.k8s_pod_spec(job_id, job, tpl, inputs, _claim_classes(local.kube, local.ns, job))
+        pod, rewrites = carry.k8s_pod_spec(job_id, job, tpl, inputs, _claim_classes(local.kube, local.ns, job),
+                                           placement=local.placement)
     else:
         if not slurm_read:
             raise carry.CarryRefused(job_id, ["its batch script and TRES (scontrol knows no job %s)" % job_id])

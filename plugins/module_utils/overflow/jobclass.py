@@ -18,17 +18,27 @@ File layout:
         queue_wait_threshold: 30min
         slurm:                 # optional: which Slurm jobs are of this class
           partition: cloudable # any of partition, qos, account; a job matches when all given ones are equal
+        kubernetes:            # optional: which Kubernetes Jobs are of this class
+          namespace: ml-batch  # any of namespace, queue (the Kueue LocalQueue, label kueue.x-k8s.io/queue-name);
+          queue: cloud-ok      # a Job matches when all given ones are equal
         image_pins:            # optional: the on-prem digest of an image no on-prem node reports (prepull.py)
           - registry.site.example/ml/train@sha256:<64 hex>
         allow_unpinned_images: false   # true: an image without an on-prem digest moves unpinned, not pre-pulled
+    restricted_placement:      # optional: node labels and taints that mark restricted-data placement
+      labels: [site.example/data-class]   # a Job whose nodeSelector or node affinity names one never moves
+      taints: [site.example/restricted]   # a Job that tolerates one (or every taint) never moves
     cost:                      # optional, read by load_cost() (the drill's cost section)
       prices: {gpu_hour: 3.0, storage_gb_month: 0.02, ...}   # cost.PRICE_FIELDS
       operator_minutes_per_move: 10                          # hands-on time per operator-driven move
       warm_pool_gpus: 0                                      # GPUs kept idle in a warm pool
 Errors name the file and the field; unknown keys are rejected.
 A Slurm job's class comes only from its partition, QOS and account, facts the site controls
-(slurm_class); a job that matches no class, or more than one, has no class and never moves.
-Two classes may not declare the same `slurm` match.
+(slurm_class); a Kubernetes Job's only from its namespace and Kueue LocalQueue (kubernetes_class:
+the site creates the LocalQueues each namespace may use). A label the submitter sets on the Job is
+never read. A job that matches no class, or more than one, has no class and never moves. Two
+classes may not declare the same `slurm` or `kubernetes` match.
+Label and taint keys under node-restriction.kubernetes.io/ always mark restricted placement
+(RESTRICTED_PREFIX); `restricted_placement` adds the site's own.
 """
 from __future__ import annotations
 
@@ -54,10 +64,16 @@ CLASS_FIELDS = {
     "image_cached": ("bool", False),
     "min_gain": ("duration", False),
     "slurm": ("slurm", False),
+    "kubernetes": ("kubernetes", False),
     "image_pins": ("pins", False),
     "allow_unpinned_images": ("bool", False),
 }
 SLURM_FIELDS = ("partition", "qos", "account")
+KUBERNETES_FIELDS = ("namespace", "queue")
+# The label Kueue reads a Job's LocalQueue from.
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+RESTRICTED_PREFIX = "node-restriction.kubernetes.io/"
+PLACEMENT_FIELDS = ("labels", "taints")
 DEFAULT_FIELDS = {
     "link_bps": ("rate", True),
     "return_link_bps": ("rate", False),
@@ -67,6 +83,13 @@ DEFAULT_FIELDS = {
 }
 BUILTIN = {"dispatch": 0.0, "cloud_queue_wait": 0.0, "startup": 0.0, "gpus": 1, "inputs_in_cloud": False,
            "image_cached": True, "min_gain": 0.0, "allow_unpinned_images": False}
+
+
+class JobClasses(dict):
+    """{class name: resolved settings}, with the site's restricted placement
+    ({"labels": [keys], "taints": [keys]}) as `restricted_placement`."""
+
+    restricted_placement = {"labels": [], "taints": []}
 
 
 class JobClassError(ValueError):
@@ -88,12 +111,13 @@ def _convert(kind, value):
         if not isinstance(value, bool):
             raise ValueError("must be true or false, not %r" % (value,))
         return value
-    if kind == "slurm":
+    if kind in ("slurm", "kubernetes"):
+        allowed = SLURM_FIELDS if kind == "slurm" else KUBERNETES_FIELDS
         if not isinstance(value, dict) or not value:
-            raise ValueError("must be a mapping of at least one of %s, not %r" % (", ".join(SLURM_FIELDS), value))
-        unknown = sorted(str(k) for k in value if k not in SLURM_FIELDS)
+            raise ValueError("must be a mapping of at least one of %s, not %r" % (", ".join(allowed), value))
+        unknown = sorted(str(k) for k in value if k not in allowed)
         if unknown:
-            raise ValueError("unknown key %s (allowed: %s)" % (", ".join(unknown), ", ".join(SLURM_FIELDS)))
+            raise ValueError("unknown key %s (allowed: %s)" % (", ".join(unknown), ", ".join(allowed)))
         for k, v in value.items():
             if not isinstance(v, str) or not v:
                 raise ValueError("%s must be a non-empty string, not %r" % (k, v))
@@ -140,10 +164,11 @@ def validate(data, source="<job classes>"):
     if not isinstance(data, dict):
         raise JobClassError(["%s: top level must be a mapping with 'classes'" % source])
     for key in data:
-        if key not in ("defaults", "classes", "cost"):
-            errors.append("%s: %s: unknown key (allowed: classes, cost, defaults)" % (source, key))
+        if key not in ("defaults", "classes", "cost", "restricted_placement"):
+            errors.append("%s: %s: unknown key (allowed: classes, cost, defaults, restricted_placement)" % (source, key))
     if "cost" in data:
         _read_cost(source, data["cost"], errors)
+    placement = _read_placement(source, data.get("restricted_placement"), errors)
     defaults = {}
     if "defaults" in data:
         defaults = _read_block(source, "defaults", data["defaults"], DEFAULT_FIELDS, errors, require=False)
@@ -151,7 +176,8 @@ def validate(data, source="<job classes>"):
     if not isinstance(classes, dict) or not classes:
         errors.append("%s: classes: required, a mapping of class name to settings" % source)
         raise JobClassError(errors)
-    resolved = {}
+    resolved = JobClasses()
+    resolved.restricted_placement = placement
     for name, block in classes.items():
         where = "classes.%s" % name
         fields = dict(CLASS_FIELDS)
@@ -167,11 +193,12 @@ def validate(data, source="<job classes>"):
         resolved[str(name)] = merged
     seen = {}
     for name, cls in resolved.items():
-        if "slurm" in cls:
-            key = tuple(sorted(cls["slurm"].items()))
-            if key in seen:
-                errors.append("%s: classes.%s.slurm: the same match as class %s" % (source, name, seen[key]))
-            seen.setdefault(key, name)
+        for kind in ("slurm", "kubernetes"):
+            if kind in cls:
+                key = (kind, tuple(sorted(cls[kind].items())))
+                if key in seen:
+                    errors.append("%s: classes.%s.%s: the same match as class %s" % (source, name, kind, seen[key]))
+                seen.setdefault(key, name)
     if errors:
         raise JobClassError(errors)
     return resolved
@@ -185,6 +212,36 @@ def slurm_class(classes, partition=None, qos=None, account=None):
     found = [name for name, cls in classes.items()
              if cls.get("slurm") and all(job.get(k) == v for k, v in cls["slurm"].items())]
     return found[0] if len(found) == 1 else None
+
+
+def kubernetes_class(classes, namespace=None, queue=None):
+    """The class of a Kubernetes Job from its namespace and Kueue LocalQueue: the one class whose
+    `kubernetes` fields all equal the Job's. None when no class matches, or when several do."""
+    job = {"namespace": namespace, "queue": queue}
+    found = [name for name, cls in classes.items()
+             if cls.get("kubernetes") and all(job.get(k) == v for k, v in cls["kubernetes"].items())]
+    return found[0] if len(found) == 1 else None
+
+
+def _read_placement(source, block, errors):
+    out = {"labels": [], "taints": []}
+    if block is None:
+        return out
+    if not isinstance(block, dict):
+        errors.append("%s: restricted_placement: must be a mapping of labels and taints" % source)
+        return out
+    for key in block:
+        if key not in PLACEMENT_FIELDS:
+            errors.append("%s: restricted_placement.%s: unknown key (allowed: %s)" % (source, key, ", ".join(PLACEMENT_FIELDS)))
+    for key in PLACEMENT_FIELDS:
+        value = block.get(key)
+        if value is None:
+            continue
+        if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+            errors.append("%s: restricted_placement.%s: must be a list of label or taint keys, not %r" % (source, key, value))
+        else:
+            out[key] = list(value)
+    return out
 
 
 COST_FIELDS = ("prices", "operator_minutes_per_move", "warm_pool_gpus")

@@ -26,13 +26,15 @@ import math
 import time
 
 from ..common import k8s
-from . import backends, k8s_hold
+from . import backends, carry, jobclass, k8s_hold
 from .jobbody import (GPU, GPU_PRODUCT, GPU_TYPE_ANNOTATION, REWRITES_ANNOTATION,  # noqa: F401 (names other modules read here)
                       build_job, job_body, product_label)
 from .k8s_hold import HOLD_ANNOTATION, WITHDRAWN_ANNOTATION
 from .protocol import ANNOTATION_JOB_ID, LABEL_ATTEMPT, LABEL_JOB, cloud_job_name
 from .trigger import QueueJob, QueueSnapshot
 
+# A label the submitter sets: read by the history reports only. The class that decides a move comes
+# from the Job's namespace and Kueue LocalQueue (jobclass.kubernetes_class), facts the site controls.
 CLASS_LABEL = "hybridgpu.io/job-class"
 DEADLINE_ANNOTATION = "hybridgpu.io/deadline"
 # send() answers CONFLICT for 409 AlreadyExists: submit() adopts, the pool confirms by its list.
@@ -96,22 +98,42 @@ def _job_gpu_type(job):
 
 
 class K8sLocalQueue(backends.LocalQueue):
-    """The on-prem queue as Kubernetes Jobs in one namespace; the job ID is the Job name."""
+    """The on-prem queue as Kubernetes Jobs in one namespace; the job ID is the Job name.
+    classes: the site's job classes (jobclass.load): a Job's class is the one its namespace and
+    Kueue LocalQueue map to (none without classes), and its restricted placement is judged with the
+    classes' restricted_placement."""
 
-    def __init__(self, kube, namespace="overflow-local", node_selector=None, tolerations=None):
+    def __init__(self, kube, namespace="overflow-local", node_selector=None, tolerations=None, classes=None):
         self.kube = kube
         self.ns = namespace
         self.node_selector = dict(node_selector or {})
         self.tolerations = list(tolerations or [])
+        self.classes = classes if classes is not None else {}
+        self.placement = getattr(self.classes, "restricted_placement", None)
+
+    def class_of(self, job):
+        """The Job's class from its namespace and Kueue LocalQueue; None when no one class matches."""
+        queue = (job["metadata"].get("labels") or {}).get(jobclass.QUEUE_LABEL)
+        return jobclass.kubernetes_class(self.classes, job["metadata"].get("namespace") or self.ns, queue)
+
+    def restricted(self, job):
+        """Paths of the Job's placement fields that select restricted data (carry.restricted_placement)."""
+        pod = ((job.get("spec") or {}).get("template") or {}).get("spec") or {}
+        return carry.restricted_placement(pod, self.placement)
 
     def ensure_namespace(self):
         return self.kube.ensure_namespace(self.ns)
 
     def enqueue(self, job_id, job_class, command, gpus=1, gpu_type=None, deadline=None, env=None, suspend=False):
-        """Submit a job to the local queue (what a user does; suspend: queued the way Kueue queues it)."""
+        """Submit a job to the local queue (what a user does; suspend: queued the way Kueue queues it),
+        to the LocalQueue that the class's `kubernetes.queue` names."""
         ann = {DEADLINE_ANNOTATION: "%d" % deadline} if deadline else None
+        labels = {CLASS_LABEL: job_class}
+        queue = ((self.classes.get(job_class) or {}).get("kubernetes") or {}).get("queue")
+        if queue:
+            labels[jobclass.QUEUE_LABEL] = queue
         body = build_job(job_id, self.ns, command, gpus=gpus, gpu_type=gpu_type, env=env,
-                         labels={CLASS_LABEL: job_class}, annotations=ann,
+                         labels=labels, annotations=ann,
                          node_selector=self.node_selector, tolerations=self.tolerations, suspend=suspend)
         return self.kube.create_job(self.ns, body)
 
@@ -169,7 +191,7 @@ class K8sLocalQueue(backends.LocalQueue):
         `total_gpus` (GPU type -> count) is the site's pool size when the on-prem Nodes are not
         visible to this cluster; free GPUs are then that total minus the GPUs of started jobs."""
         now = time.time() if now is None else now
-        jobs = self.kube.list_jobs(self.ns, label_selector=CLASS_LABEL)
+        jobs = self.kube.list_jobs(self.ns)
         pods = self.kube.list_pods(self.ns)
         by_job = {}
         for p in pods:
@@ -189,8 +211,9 @@ class K8sLocalQueue(backends.LocalQueue):
                 if state == "running" and _job_gpu_type(j):
                     used[_job_gpu_type(j)] = used.get(_job_gpu_type(j), 0) + _job_gpus(j)
                 continue
-            e = QueueJob(name, j["metadata"]["labels"][CLASS_LABEL], _ts(j["metadata"].get("creationTimestamp")) or now,
-                         state, _job_gpus(j), _job_gpu_type(j), deadline=deadline)
+            e = QueueJob(name, self.class_of(j), _ts(j["metadata"].get("creationTimestamp")) or now,
+                         state, _job_gpus(j), _job_gpu_type(j), deadline=deadline,
+                         restricted_placement=", ".join(self.restricted(j)) or None)
             entries.append(e)
             if state == "running" and e.gpu_type:
                 used[e.gpu_type] = used.get(e.gpu_type, 0) + e.gpus

@@ -6,6 +6,8 @@
   - no_free_gpus: fewer free GPUs of its required type than it asks for;
   - deadline_at_risk: remaining local wait + runtime ends after its deadline.
 A restricted class (data_may_leave_site: false) never moves, even when full; the reason is recorded.
+A job whose placement selects restricted data (restricted_placement, set by the queue backend from
+the job's own nodeSelector, affinity and tolerations) never moves, whatever its class says.
 A full job moves only if the time model says the cloud finishes sooner.
 The queue snapshot comes from a local queue backend (Kubernetes Jobs, Slurm).
 """
@@ -19,9 +21,11 @@ PENDING_STATES = frozenset(["pending", "queued"])
 class QueueJob(object):
     """One entry of the local queue, as a backend reports it. Times are epoch seconds."""
 
-    __slots__ = ("job_id", "job_class", "submit_time", "state", "gpus", "gpu_type", "deadline", "expected_start")
+    __slots__ = ("job_id", "job_class", "submit_time", "state", "gpus", "gpu_type", "deadline", "expected_start",
+                 "restricted_placement")
 
-    def __init__(self, job_id, job_class, submit_time, state, gpus, gpu_type, deadline=None, expected_start=None):
+    def __init__(self, job_id, job_class, submit_time, state, gpus, gpu_type, deadline=None, expected_start=None,
+                 restricted_placement=None):
         self.job_id = job_id
         self.job_class = job_class
         self.submit_time = float(submit_time)
@@ -31,11 +35,13 @@ class QueueJob(object):
         self.deadline = float(deadline) if deadline is not None else None
         # the scheduler's own start estimate (Slurm squeue --start), when it has one
         self.expected_start = float(expected_start) if expected_start is not None else None
+        # the job's placement fields that select restricted data (None: none do)
+        self.restricted_placement = restricted_placement or None
 
     @classmethod
     def from_dict(cls, d):
         return cls(d["job_id"], d["job_class"], d["submit_time"], d["state"], d.get("gpus", 1), d["gpu_type"],
-                   d.get("deadline"), d.get("expected_start"))
+                   d.get("deadline"), d.get("expected_start"), d.get("restricted_placement"))
 
 
 class QueueSnapshot(object):
@@ -98,6 +104,11 @@ def evaluate(snapshot, classes, path="policy", pulls=None):
             continue
         d = {"job_id": job.job_id, "job_class": job.job_class, "path": path, "decision": "stay",
              "full": [], "reason": "", "time_model": None}
+        if job.restricted_placement:
+            d["reason"] = ("placement selects restricted data (%s): data may not leave the site; never moves, "
+                           "whatever its class" % job.restricted_placement)
+            out.append(d)
+            continue
         cls = classes.get(job.job_class)
         if cls is None:
             d["reason"] = "unknown job class %r: not in the overflow rule" % job.job_class

@@ -21,6 +21,9 @@ JOB_SCRIPT = os.path.join(HERE, "ovfjob.py")
 INPUTS_CLAIM = "ovf-inputs"
 CLOUD_NODE_STORAGE_KEY = "/etc/hybridgpu-lab/storage_id_ed25519"
 CLASS_LABEL = "hybridgpu.io/job-class"
+# The user picks the LocalQueue; the site's job classes map it to a class (job_classes.yml `kubernetes`).
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+CLASSES = os.path.join(HERE, "job_classes.yml")
 GPU_TYPE_ANNOTATION = "hybridgpu.io/gpu-type"
 
 
@@ -42,8 +45,16 @@ def train_args(inputs, steps=60, pace=0.0, stop_at=None):
     return args + (["--stop-at", str(stop_at)] if stop_at is not None else [])
 
 
+def class_queue(job_class):
+    """The LocalQueue the lab's job classes map to `job_class`."""
+    import yaml
+    with open(CLASSES) as fh:
+        return yaml.safe_load(fh)["classes"][job_class]["kubernetes"]["queue"]
+
+
 def k8s_job(name, job_class, gpus, gpu_type, node_selector, tolerations, **train):
-    """The user's Job: the program inline (the lab runs pods as processes, not images), inputs on a PVC."""
+    """The user's Job, in the LocalQueue of its class: the program inline (the lab runs pods as
+    processes, not images), inputs on a PVC."""
     mount = "/ovf-jobs/%s/inputs" % name
     container = {"name": "train", "image": "localhost/overflow-job:1",
                  "command": ["python3", "-c", open(JOB_SCRIPT).read()], "args": train_args(mount, **train),
@@ -55,7 +66,7 @@ def k8s_job(name, job_class, gpus, gpu_type, node_selector, tolerations, **train
            "tolerations": list(tolerations),
            "volumes": [{"name": "inputs", "persistentVolumeClaim": {"claimName": INPUTS_CLAIM}}]}
     return {"apiVersion": "batch/v1", "kind": "Job",
-            "metadata": {"name": name, "labels": {CLASS_LABEL: job_class},
+            "metadata": {"name": name, "labels": {CLASS_LABEL: job_class, QUEUE_LABEL: class_queue(job_class)},
                          "annotations": {GPU_TYPE_ANNOTATION: gpu_type}},
             "spec": {"backoffLimit": 0, "template": {"metadata": {"labels": {CLASS_LABEL: job_class}}, "spec": pod}}}
 

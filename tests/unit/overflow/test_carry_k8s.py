@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow import backends, carry, dispatch_run
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow import backends, carry, dispatch_run, jobclass
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow import k8s_backend, slurm_backend
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow.tracker import Tracker
 
@@ -38,7 +38,7 @@ def user_job(name, volumes=None):
                            "volumeMounts": [{"name": "data", "mountPath": "/data"}]}],
            "volumes": volumes or [{"name": "data", "persistentVolumeClaim": {"claimName": "inputs"}}]}
     return {"apiVersion": "batch/v1", "kind": "Job",
-            "metadata": {"name": name, "labels": {k8s_backend.CLASS_LABEL: "small-input"}},
+            "metadata": {"name": name, "labels": {jobclass.QUEUE_LABEL: "cloud-small"}},
             "spec": {"backoffLimit": 0, "template": {"metadata": {}, "spec": pod}}}
 
 

@@ -1,10 +1,11 @@
 """Kubernetes overflow backends against two real emulators (official client, HTTPS) on loopback."""
+import os
 import time
 
 import pytest
 
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow import backends
-from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow import k8s_backend
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow import jobclass, k8s_backend
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow.protocol import (
     Dispatcher, J_BACK_LOCAL, J_CLOUD, J_HELD_UNKNOWN, cloud_job_name, job_labels)
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow.tracker import Tracker
@@ -14,6 +15,7 @@ from k8s_world import K8sWorld, register_node
 A100 = "NVIDIA A100-SXM4-80GB"
 POOL = {"hybridgpu.io/overflow-lab-pool": "local"}
 TOL = [{"key": "hybridgpu.io/overflow-lab", "operator": "Exists", "effect": "NoSchedule"}]
+CLASSES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "lab", "overflow", "job_classes.yml")
 
 
 @pytest.fixture(scope="module")
@@ -26,7 +28,7 @@ def world(tmp_path_factory):
 @pytest.fixture
 def local(world, request):
     q = k8s_backend.K8sLocalQueue(world.kube("onprem"), namespace="lq-%d" % (abs(hash(request.node.name)) % 10 ** 8),
-                                  node_selector=POOL, tolerations=TOL)
+                                  node_selector=POOL, tolerations=TOL, classes=jobclass.load(CLASSES))
     q.ensure_namespace()
     return q
 

@@ -17,8 +17,9 @@ import time
 import uuid
 
 import pytest
+import yaml
 
-from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow import backends, k8s_backend
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow import backends, jobclass, k8s_backend
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow.ledger import open_ledger
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow.protocol import J_CLOUD, J_FINISHED
 
@@ -40,6 +41,7 @@ classes:
     gpu_type: NVIDIA A100-SXM4-80GB
     gpus: 1
     queue_wait_threshold: 0s
+    kubernetes: {queue: small-input}
   site-batch:
     description: the site's own long job ahead in the queue; never moves
     input_size: 1TB
@@ -50,6 +52,7 @@ classes:
     gpu_type: NVIDIA A100-SXM4-80GB
     gpus: 1
     queue_wait_threshold: 0s
+    kubernetes: {queue: site-batch}
 """
 JOBS = ["job-%d" % n for n in range(4)]
 
@@ -68,7 +71,8 @@ class Site(object):
         self.ns = {"local": "lq-" + tag, "cloud": "cl-" + tag, "ledger": "lg-" + tag}
         for ns in self.ns.values():
             emu.kube().ensure_namespace(ns)
-        self.local = k8s_backend.K8sLocalQueue(emu.kube(), namespace=self.ns["local"])
+        self.local = k8s_backend.K8sLocalQueue(emu.kube(), namespace=self.ns["local"],
+                                               classes=jobclass.validate(yaml.safe_load(CLASSES)))
         classes = tmp / "classes.yml"
         classes.write_text(CLASSES)
         conn = {"kubeconfig": emu.kubeconfig, "context": "ledger"}

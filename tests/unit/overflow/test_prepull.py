@@ -28,7 +28,7 @@ TPL = {"node_selector": {"pool": "overflow"}, "staged_claims": ["inputs"], "outp
        "upload": {"host": "st.cloud", "ssh_key": "/etc/ovf/key", "root": "/srv/cs", "known_hosts": "/etc/ovf/kh"}}
 CLASS = {"input_size": "1MB", "output_size": "1kB", "image_size": "10GB", "typical_runtime": "1h",
          "data_may_leave_site": True, "gpu_type": "NVIDIA A100-SXM4-80GB", "gpus": 1, "queue_wait_threshold": "0s",
-         "image_cached": False}
+         "image_cached": False, "kubernetes": {"queue": "train"}}
 
 
 class CloudKubelet(object):
@@ -110,7 +110,7 @@ def user_job(name, image=ONPREM_IMG):
                            "volumeMounts": [{"name": "data", "mountPath": "/data"}]}],
            "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "inputs"}}]}
     return {"apiVersion": "batch/v1", "kind": "Job",
-            "metadata": {"name": name, "labels": {k8s_backend.CLASS_LABEL: "train"}},
+            "metadata": {"name": name, "labels": {jobclass.QUEUE_LABEL: "train"}},
             "spec": {"backoffLimit": 0, "suspend": True, "template": {"metadata": {}, "spec": pod}}}
 
 
