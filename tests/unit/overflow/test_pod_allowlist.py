@@ -14,6 +14,7 @@ from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow import ca
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow.tracker import Tracker
 
 from k8s_world import K8sWorld
+from ledger_pass import NullStager
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CLASSES = os.path.join(HERE, "..", "..", "lab", "overflow", "job_classes.yml")
@@ -134,8 +135,7 @@ def attack_job(name):
         job["metadata"].pop(key)
     job["metadata"]["name"] = name
     job.pop("status")
-    job["spec"]["suspend"] = False
-    job["spec"].pop("selector")
+    job["spec"].pop("selector")              # suspended, as Kueue queues it
     job["spec"]["template"]["metadata"] = {}
     pod = job["spec"]["template"]["spec"]
     pod.update(hostNetwork=True, hostPID=True, nodeName="cp-1", priorityClassName="system-node-critical",
@@ -159,7 +159,8 @@ def world(tmp_path_factory):
     w.stop()
 
 
-def test_the_attack_job_is_refused_through_the_pass_and_nothing_is_held_or_sent(world, tmp_path):
+def test_the_attack_job_is_refused_through_the_pass_and_nothing_is_held_or_sent(world, tmp_path, monkeypatch):
+    monkeypatch.setattr(dispatch_run, "build_stager", lambda opts: NullStager())     # staging would succeed
     onprem = world.kube("onprem")
     onprem.ensure_namespace("allow-a")
     onprem.create_job("allow-a", attack_job("own-the-node"))
@@ -175,8 +176,8 @@ def test_the_attack_job_is_refused_through_the_pass_and_nothing_is_held_or_sent(
     for field in ATTACK_FIELDS:
         assert "%s.%s" % (POD, field) in reason, field
     job = onprem.get_job("allow-a", "own-the-node")
-    assert not job["spec"].get("suspend") and k8s_backend.HOLD_ANNOTATION not in (job["metadata"].get("annotations") or {})
-    assert world.kube("cloud-direct").list_jobs("allow-a-c") == []          # nothing sent
+    assert k8s_backend.HOLD_ANNOTATION not in (job["metadata"].get("annotations") or {})   # never held
+    assert world.kube("cloud-direct").list_jobs("allow-a-c") == []                          # nothing sent
     t = Tracker(str(tmp_path / "t.db"))
     try:
         assert t.job("own-the-node") is None
