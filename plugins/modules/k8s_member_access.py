@@ -10,8 +10,16 @@ module: k8s_member_access
 short_description: Revoke through the API the Kubernetes objects the access boundary lists for a member
 version_added: "0.2.0"
 description:
-  - Deletes what O(items) lists (the member's C(people[].access.kubernetes) entries of one
-    context in the verified boundary) through the API; no token file on the API server is edited.
+  - Deletes through the API the objects the verified boundary lists for O(member) in O(context)
+    (C(people[].access.kubernetes)); no token file on the API server is edited.
+  - The objects are never a task option. Before anything is read or deleted, the action plugin
+    verifies the signed change record on the control host (the same check as
+    M(hybridgpu.fleet.change_approval), action C(revoke_member), playbook C(revoke_member.yml),
+    this O(member), the play's hosts as targets; in check mode without using the change id) against
+    the boundary signed by the pinned boundary signers, and takes the objects of O(context) from
+    what the verified boundary lists for the member. A run whose extra vars carry trust is refused.
+  - After a revocation the action plugin appends a C(revoke_credential) entry under the verified
+    change id to the audit log of the records folder (C(<hgpu_records_dir>/audit/audit.jsonl)).
   - C(ServiceAccount) deletes the account's token Secrets (type
     C(kubernetes.io/service-account-token), annotated with the account's name) and the account,
     which also invalidates the bound tokens issued for it. C(RoleBinding) and
@@ -24,14 +32,27 @@ extends_documentation_fragment:
   - hybridgpu.fleet.k8s_auth
 options:
   member:
-    description: The member whose access is revoked (for messages and the result).
+    description: Person id of the member whose access is revoked; must be the record's C(member).
     type: str
     required: true
+  record_path:
+    description: The change record file on the control host; its signature is C(record_path) with C(.sig) appended.
+    type: path
+  record_text:
+    description: The change record as text, byte for byte as it was signed (AWX).
+    type: str
+  signature:
+    description: The record's armoured signature text (with O(record_text)).
+    type: str
+  executor:
+    description: Person id running the change (outside AWX; under AWX the launching user).
+    type: str
   items:
-    description: The objects, as the boundary lists them; entries for another context than O(context) are refused.
+    description:
+      - Set by the action plugin to the verified boundary's entries for O(member) in O(context); a task
+        may not set it.
     type: list
     elements: dict
-    required: true
     suboptions:
       context:
         description: Kubernetes context the object lives in.
@@ -63,10 +84,10 @@ EXAMPLES = r"""
   hybridgpu.fleet.k8s_member_access:
     context: onprem
     member: test-member
-    items:
-      - {context: onprem, kind: ServiceAccount, namespace: team-a, name: test-member}
-      - {context: onprem, kind: BootstrapToken, name: abcdef}
+    record_path: /srv/changes/CHG-90.yml
+    executor: ops-lead
   delegate_to: localhost
+  run_once: true
 """
 
 RETURN = r"""
@@ -80,6 +101,18 @@ absent:
   returned: always
   type: list
   elements: str
+change_id:
+  description: The verified change id the revocation ran under (set by the action plugin).
+  returned: success
+  type: str
+audit:
+  description: The audit entry the action plugin wrote after a revocation (seq, hash, change id).
+  returned: changed
+  type: dict
+revocation_steps:
+  description: The verified boundary's credential revocation steps, by kind.
+  returned: success
+  type: dict
 """
 
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.common.k8s import K8sError
@@ -93,12 +126,17 @@ ITEM = dict(context=dict(type="str"),
 
 
 ARGUMENT_SPEC = dict(member=dict(type="str", required=True),
-                     items=dict(type="list", elements="dict", required=True, options=ITEM))
+                     record_path=dict(type="path"), record_text=dict(type="str"), signature=dict(type="str"),
+                     executor=dict(type="str"),
+                     items=dict(type="list", elements="dict", options=ITEM))
 
 
 def run(module):
     """The module's work (module: K8sModule, or K8sTask in the action plugin)."""
     p = module.params
+    if not p["items"]:
+        module.fail_json(msg="items: none given; the action plugin gives what the verified boundary lists for %s "
+                             "in context %s; nothing was changed" % (p["member"], p.get("context")))
     other = [i for i in p["items"] if i.get("context") and p.get("context") and i["context"] != p["context"]]
     if other:
         module.fail_json(msg="items: %d entries are for context %s, not %s; nothing was changed"

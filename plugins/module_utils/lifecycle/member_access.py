@@ -10,11 +10,18 @@
 - BootstrapToken: the Secret kube-system/bootstrap-token-<id>.
 
 Each object is read first; what is gone already is reported as absent, so a rerun changes
-nothing. After the deletes every object is read again and must be gone."""
+nothing. After the deletes every object is read again and must be gone.
+
+audit_revocation writes the audit entry of a revocation, for the action plugins that verified
+the change record (k8s_member_access, member_ssh_keys)."""
 
 from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
+
+import os
+
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import approval, audit, audit_anchor
 
 SA_TOKEN_TYPE = "kubernetes.io/service-account-token"
 SA_NAME_ANNOTATION = "kubernetes.io/service-account.name"
@@ -73,3 +80,20 @@ def revoke(kube, items, check_mode=False):
         if left:
             raise AccessError("still present after the delete: %s" % ", ".join(left))
     return {"revoked": revoked, "absent": absent}
+
+
+def audit_revocation(ledger_dir, verified, target, details, checkpoint_key=None):
+    """Append a ``revoke_credential`` entry for ``target`` under the verified change id to the
+    audit log of the records folder (``<records>/audit/audit.jsonl``, beside the ledger folder
+    ``ledger_dir``). ``verified``: the approval approval.gate returned; only code that ran the
+    gate calls this, so no entry names a change id that was not verified. ``checkpoint_key``:
+    signs a checkpoint of the new head (audit_anchor.configured_key when None). Returns
+    audit.write's result ({entry, head, warnings, ...}); audit.AuditError or OSError when it
+    cannot be written."""
+    log = approval.ledger_audit_log(ledger_dir)
+    key = audit_anchor.configured_key(checkpoint_key)
+    event = audit.make_event(verified["change_id"], verified.get("approver") or "unknown",
+                             verified.get("executor") or "unknown", target, "revoke_credential", "changed", details)
+    socket = audit_anchor.SYSLOG_SOCKET if os.path.exists(audit_anchor.SYSLOG_SOCKET) else None
+    return audit.write(log, event, checkpoint_key=key, checkpoint_every=1 if key else audit_anchor.CHECKPOINT_EVERY,
+                       checkpoint_required=bool(key), syslog_socket=socket)
