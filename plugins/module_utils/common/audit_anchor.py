@@ -327,24 +327,27 @@ def _cover(checkpoints, count, every):
 
 
 def missing_checkpoint(records, count, every, anchors_path, at_head=True):
-    """Where the log lacks the checkpoints it must carry (one at the head, or with ``at_head``
-    false within ``every`` entries of it, and at least every ``every`` entries), as (kind,
-    line, seq, problem), or None."""
+    """Where the log lacks the checkpoints it must carry, as (kind, line, seq, problem), or None.
+
+    From its first checkpoint on, checkpoints at most ``every`` entries apart (the first one
+    vouches for the entries before it, written before there was a key), and one at the head.
+    With ``at_head`` false (the check before an append that signs its own head), a log with no
+    checkpoint yet passes and the head may be up to ``every`` entries past the last one."""
     if count == 0:
         return None
     seqs = sorted(set(r["seq"] for r in records if r["type"] == "checkpoint" and r["seq"] <= count))
-    if count not in seqs and (at_head or count - (seqs[-1] if seqs else 0) > every):
-        last_seq = seqs[-1] if seqs else 0
+    if not at_head and not seqs:
+        return None
+    last_seq = seqs[-1] if seqs else 0
+    if count != last_seq and (at_head or count - last_seq > every):
         return ("rewritten", last_seq + 1, count, "rewritten: no signed checkpoint at the head seq %d in %s (the last "
                 "is at seq %d): the checkpoints after it were dropped, or the entries after it were written or "
                 "rewritten without the checkpoint key" % (count, anchors_path, last_seq))
-    prev = 0
-    for seq in seqs:
+    for prev, seq in zip(seqs, seqs[1:]):
         if seq - prev > every:
             return ("rewritten", prev + 1, prev + 1, "rewritten: no signed checkpoint between seq %d and seq %d in %s "
                     "(at most %d entries apart): checkpoints were dropped or the log was rewritten"
                     % (prev, seq, anchors_path, every))
-        prev = seq
     return None
 
 

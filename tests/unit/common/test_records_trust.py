@@ -343,3 +343,34 @@ def test_a_symlinked_audit_log_is_refused(people, tmp_path):
     rc, res = play(tmp_path, people, [audit_task("append")])
     assert rc != 0 and "symbolic link" in res["append"]["msg"]
     assert victim.read_text() == "precious\n"
+
+
+def test_checkpoints_further_apart_than_the_setting_fail_verification(people, tmp_path, checkpoint_key):
+    log = write_log(tmp_path, people, checkpoint_key, count=5)
+    records, dummy = audit_anchor.read(log + ".anchors")
+    with open(log + ".anchors", "w") as fh:
+        fh.write("".join(json.dumps(dict((k, v) for k, v in r.items() if k != "line")) + "\n" for r in records
+                         if r["type"] == "head" or r["seq"] not in (2, 3)))
+    keyed = {"hgpu_audit_checkpoint_key": checkpoint_key}
+    rc, res = play(tmp_path, people, [verify_task(checkpoint_every=2)], inventory_vars=keyed)
+    bad = res["verify"]["verification"]["first_bad"]
+    assert res["verify"]["failed"] and "no signed checkpoint between seq 1 and seq 4" in bad["problem"]
+    rc, res = play(tmp_path, people, [verify_task(checkpoint_every=3)], inventory_vars=keyed)
+    assert rc == 0 and res["verify"]["verification"]["ok"]
+
+
+def test_a_key_set_on_a_log_written_without_one_signs_from_then_on(people, tmp_path, checkpoint_key):
+    log = str(tmp_path / "records" / "audit" / "audit.jsonl")
+    for i in range(3):
+        audit.append(log, audit.make_event(CID, "sec-owner", "ops-lead", "node-%d" % i, "cordon", "changed"))
+    path = record(people, tmp_path)
+    folder = str(ledger(tmp_path))
+    verified = approval.gate(dict(gate_params(people, path, folder), ledger_dir=None))
+    entry = approval.claim(folder, verified, checkpoint_key=checkpoint_key)
+    assert entry["audit"]["seq"] == 4
+    records, dummy = audit_anchor.read(log + ".anchors")
+    assert [r["seq"] for r in records if r["type"] == "checkpoint"] == [4]
+    rc, res = play(tmp_path, people, [verify_task(checkpoint_every=2)],
+                   inventory_vars={"hgpu_audit_checkpoint_key": checkpoint_key})
+    assert rc == 0 and res["verify"]["verification"]["ok"], res["verify"]
+    assert res["verify"]["verification"]["ledger"]["references"] == 1
