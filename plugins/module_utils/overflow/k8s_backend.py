@@ -19,48 +19,28 @@ out and LinkDown when it never did (K8sError.request_sent). 409 AlreadyExists is
 """
 from __future__ import annotations
 
-import calendar
 import copy
 import json
 import math
 import time
 
 from ..common import k8s
-from . import backends, carry, jobclass, k8s_hold
+from . import backends, jobclass, k8s_hold, k8s_jobs
 from .jobbody import (GPU, GPU_PRODUCT, GPU_TYPE_ANNOTATION, REWRITES_ANNOTATION,  # noqa: F401 (names other modules read here)
                       build_job, job_body, product_label)
 from .k8s_hold import HOLD_ANNOTATION, WITHDRAWN_ANNOTATION
+from .k8s_jobs import cond as _cond, job_gpu_type as _job_gpu_type, job_gpus as _job_gpus, live as _live, ts as _ts
 from .protocol import ANNOTATION_JOB_ID, LABEL_ATTEMPT, LABEL_JOB, cloud_job_name
 from .trigger import QueueJob, QueueSnapshot
 
 # A label the submitter sets: read by the history reports only. The class that decides a move comes
-# from the Job's namespace and Kueue LocalQueue (jobclass.kubernetes_class), facts the site controls.
+# from the Job's namespace and Kueue LocalQueue (k8s_jobs.job_class), facts the site controls.
 CLASS_LABEL = "hybridgpu.io/job-class"
 DEADLINE_ANNOTATION = "hybridgpu.io/deadline"
 # send() answers CONFLICT for 409 AlreadyExists: submit() adopts, the pool confirms by its list.
 CONFLICT = "conflict"
 # The line the upload step (upload_step.py) prints once the job's output is in cloud storage.
 OUTPUT_MARK = "OVF_OUTPUT"
-
-
-def _ts(text):
-    """RFC 3339 UTC timestamp -> epoch seconds (None when absent)."""
-    if not text:
-        return None
-    return float(calendar.timegm(time.strptime(text.replace("Z", "")[:19], "%Y-%m-%dT%H:%M:%S")))
-
-
-def _cond(obj, ctype):
-    for c in (obj.get("status") or {}).get("conditions") or []:
-        if c.get("type") == ctype and c.get("status") == "True":
-            return c
-    return None
-
-
-def _live(pods):
-    """Pods not being deleted: a Terminating pod (an evicted one, or one on a lost node, waiting
-    for its kubelet) has a replacement, and the Job is judged by the newest pods."""
-    return [p for p in pods if not (p.get("metadata") or {}).get("deletionTimestamp")]
 
 
 def _deadline(annotations):
@@ -78,25 +58,6 @@ def _deadline(annotations):
     return value
 
 
-def _job_gpus(job):
-    total = 0
-    for c in (((job.get("spec") or {}).get("template") or {}).get("spec") or {}).get("containers") or []:
-        lim = (c.get("resources") or {}).get("limits") or {}
-        try:
-            total += int(lim.get(GPU, 0))
-        except (TypeError, ValueError):
-            pass
-    return total
-
-
-def _job_gpu_type(job):
-    ann = job["metadata"].get("annotations") or {}
-    if ann.get(GPU_TYPE_ANNOTATION):
-        return ann[GPU_TYPE_ANNOTATION]
-    pod_spec = ((job.get("spec") or {}).get("template") or {}).get("spec") or {}
-    return (pod_spec.get("nodeSelector") or {}).get(GPU_PRODUCT)
-
-
 class K8sLocalQueue(backends.LocalQueue):
     """The on-prem queue as Kubernetes Jobs in one namespace; the job ID is the Job name.
     classes: the site's job classes (jobclass.load): a Job's class is the one its namespace and
@@ -110,16 +71,6 @@ class K8sLocalQueue(backends.LocalQueue):
         self.tolerations = list(tolerations or [])
         self.classes = classes if classes is not None else {}
         self.placement = getattr(self.classes, "restricted_placement", None)
-
-    def class_of(self, job):
-        """The Job's class from its namespace and Kueue LocalQueue; None when no one class matches."""
-        queue = (job["metadata"].get("labels") or {}).get(jobclass.QUEUE_LABEL)
-        return jobclass.kubernetes_class(self.classes, job["metadata"].get("namespace") or self.ns, queue)
-
-    def restricted(self, job):
-        """Paths of the Job's placement fields that select restricted data (carry.restricted_placement)."""
-        pod = ((job.get("spec") or {}).get("template") or {}).get("spec") or {}
-        return carry.restricted_placement(pod, self.placement)
 
     def ensure_namespace(self):
         return self.kube.ensure_namespace(self.ns)
@@ -211,9 +162,9 @@ class K8sLocalQueue(backends.LocalQueue):
                 if state == "running" and _job_gpu_type(j):
                     used[_job_gpu_type(j)] = used.get(_job_gpu_type(j), 0) + _job_gpus(j)
                 continue
-            e = QueueJob(name, self.class_of(j), _ts(j["metadata"].get("creationTimestamp")) or now,
+            e = QueueJob(name, k8s_jobs.job_class(j, self.classes, self.ns), _ts(j["metadata"].get("creationTimestamp")) or now,
                          state, _job_gpus(j), _job_gpu_type(j), deadline=deadline,
-                         restricted_placement=", ".join(self.restricted(j)) or None)
+                         restricted_placement=k8s_jobs.restricted(j, self.placement))
             entries.append(e)
             if state == "running" and e.gpu_type:
                 used[e.gpu_type] = used.get(e.gpu_type, 0) + e.gpus
