@@ -18,7 +18,8 @@ from . import jobclass
 from .history import HistoryError
 
 UNCLASSIFIED = "(no class)"
-# The label the collection's Kubernetes queue reads a Job's class from (k8s_backend.CLASS_LABEL).
+# The class label a submitter sets on a Job (k8s_backend.CLASS_LABEL): the history reports group by
+# it; the overflow rule never reads it (a Job's class there comes from its namespace and LocalQueue).
 CLASS_LABEL = "hybridgpu.io/job-class"
 GPU_RESOURCE = "nvidia.com/gpu"
 SACCT_FIELDS = ("JobID", "State", "Submit", "Start", "End", "Partition")
