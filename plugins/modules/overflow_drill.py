@@ -2,7 +2,8 @@
 # -*- coding: utf-8 -*-
 # Copyright: contributors to hybridgpu.fleet
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Run the overflow failure drills that are safe on a real estate, in a test namespace with a test class."""
+"""Run the overflow failure drills: the safe ones in a test namespace with a test class, the unsafe ones only
+on a disposable estate under a verified change record."""
 
 from __future__ import absolute_import, division, print_function
 
@@ -11,7 +12,7 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 ---
 module: overflow_drill
-short_description: Run the overflow failure drills that are safe on a real estate
+short_description: Run the overflow failure drills; the unsafe ones only under a verified change record
 description:
   - Moves one test job of a test class per drill through the real exactly-once dispatch protocol (the cloud
     cluster backend, the stager named by I(storage), a SQLite ledger in I(out)) in a test namespace of the cloud
@@ -29,9 +30,12 @@ description:
     deletes the Jobs it created in the test namespace. The report is C(<out>/safe_drill.json) and
     C(<out>/safe_drill.html).
   - Drills that cannot be safe on a real estate (they break shared parts such as a cloud node, the namespace quota, the
-    storage host, stored results, the site's local queue) are never run by this module; named in I(drills) they
-    come back in C(refused) with why, unless I(estate) is C(disposable), where a test estate's own drill script
-    runs them.
+    storage host, stored results, the site's local queue) are a destructive action. Named in I(drills), they come
+    back in C(refused) with why unless I(estate) is C(disposable) B(and) a signed change record approves them
+    (action C(overflow_drill), playbook C(overflow_drill.yml), C(targets) listing every unsafe drill of the run;
+    docs/approvals.md). The record is verified by this module's action plugin, in this task, against the pinned
+    boundary signers, the pinned boundary and the ledger of used change ids; a task or an extra var cannot supply
+    the verified approval. Then the estate's drill script (I(script)) runs them, after the safe drills.
 version_added: "0.1.0"
 author:
   - hybridgpu.fleet maintainers (@hybridgpu)
@@ -49,10 +53,57 @@ options:
   estate:
     description:
       - What the inventory declares the estate to be. C(production) (the default) refuses every unsafe drill;
-        C(disposable) (a test estate that may be broken) leaves them to the estate's drill script.
+        C(disposable) (a test estate that may be broken) runs them with the estate's drill script under a verified
+        change record. With unsafe drills and a record, the estate and the script may not be extra vars.
     type: str
     choices: [production, disposable]
     default: production
+  script:
+    description:
+      - The disposable estate's drill script that runs the unsafe drills (inventory variable
+        C(hgpu_overflow_drill_script)); run as I(python) C(script --out) I(script_out) C(--min-runs --max-runs
+        --backend= --class= --failure=none --failure=<each unsafe drill>). Exit status 0 (pass) or 1 (fail) is a
+        finished run; its report is C(<script_out>/drill.json).
+    type: path
+  python:
+    description: Python that runs I(script); the one running this module when omitted.
+    type: path
+  script_out:
+    description: Report folder of I(script); the parent of I(out) when omitted.
+    type: path
+  script_backends:
+    description: Local queue backends the script drills.
+    type: list
+    elements: str
+    default: [slurm, kubernetes]
+  script_classes:
+    description: Job classes the script drills.
+    type: list
+    elements: str
+    default: [small-input, large-input]
+  script_min_runs:
+    description: Fewest clean runs of the script before its spread stopping rule may stop.
+    type: int
+    default: 4
+  script_max_runs:
+    description: Most clean runs of the script.
+    type: int
+    default: 8
+  record_path:
+    description: The change record file that approves the unsafe drills (its signature is read from PATH.sig).
+    type: path
+  record_text:
+    description: The signed change record text (AWX survey), byte for byte.
+    type: str
+  signature:
+    description: The record's ssh-keygen -Y sign signature text.
+    type: str
+  executor:
+    description: Person id (boundary) running the drill; a performer of overflow_drill. Under AWX the launching user.
+    type: str
+  approval:
+    description: Set only by the action plugin from the verified change record; a task that sets it is refused.
+    type: dict
   namespace:
     description: The test namespace in the cloud cluster (created when missing). It may not be I(cloud.namespace).
     type: str
@@ -133,7 +184,7 @@ options:
 attributes:
   check_mode:
     support: full
-    details: Reports which drills would run and which are refused; creates and runs nothing.
+    details: Reports which drills would run and which are refused (the change record is verified, not used); creates and runs nothing.
   diff_mode:
     support: none
     details: The drills create and delete test Jobs; there is no state to diff.
@@ -179,15 +230,21 @@ drills:
   type: list
   elements: dict
 refused:
-  description: Unsafe drills that did not run on this estate (C(drill), C(reason)).
+  description: Unsafe drills that did not run, with why (C(drill), C(reason)); the estate is not disposable, or no verified change record approves them.
   returned: always
   type: list
   elements: dict
 unsafe:
-  description: Unsafe drills chosen; on a C(disposable) estate the estate's drill script runs them.
+  description: Unsafe drills chosen.
   returned: always
   type: list
   elements: str
+estate_drill:
+  description:
+    - The unsafe drills run by the estate's drill script under the verified record (C(ran), C(drills), C(change_id),
+      C(rc), C(report) (the script's drill.json), C(output) (the end of what it printed)).
+  returned: when a verified change record approved unsafe drills
+  type: dict
 table:
   description: Every drill with C(safe) (on a real estate) and C(why).
   returned: always
@@ -206,6 +263,8 @@ report:
 
 import json
 import os
+import subprocess
+import sys
 import time
 
 from ansible.module_utils.basic import AnsibleModule
@@ -240,6 +299,18 @@ def argument_spec():
         cut_calls=dict(type="int", default=3),
         poll_s=dict(type="float", default=2),
         timeout_s=dict(type="float", default=900),
+        script=dict(type="path"),
+        python=dict(type="path"),
+        script_out=dict(type="path"),
+        script_backends=dict(type="list", elements="str", default=["slurm", "kubernetes"]),
+        script_classes=dict(type="list", elements="str", default=["small-input", "large-input"]),
+        script_min_runs=dict(type="int", default=4),
+        script_max_runs=dict(type="int", default=8),
+        record_path=dict(type="path"),
+        record_text=dict(type="str"),
+        signature=dict(type="str"),
+        executor=dict(type="str"),
+        approval=dict(type="dict"),
     )
 
 
@@ -252,9 +323,46 @@ def check_class(params):
         raise drills.DrillRefused("job_class %s is restricted: its data may not leave the site" % params["job_class"])
 
 
+def unsafe_plan(params, unsafe):
+    """(unsafe drills to run, refused records) for this estate and the verified approval.
+    Raises DrillRefused when an approval does not cover the run or no script is named."""
+    refused = drills.refused(unsafe, params["estate"])
+    if params["estate"] != "disposable" or not unsafe:
+        return [], refused
+    granted = params.get("approval") or {}
+    if not granted.get("approved") or granted.get("action") != "overflow_drill":
+        return [], [{"drill": n, "safe": False, "ran": False,
+                     "reason": "refused: no verified change record approves it (action overflow_drill, playbook "
+                               "overflow_drill.yml, targets listing the unsafe drills); %s" % dict(drills.UNSAFE)[n]}
+                    for n in unsafe]
+    missing = [n for n in unsafe if n not in (granted.get("approved_targets") or [])]
+    if missing:
+        raise drills.DrillRefused("the change record %s does not approve %s" % (granted.get("change_id"), ", ".join(missing)))
+    script = params.get("script")
+    if not script or not os.path.isfile(script):
+        raise drills.DrillRefused("the estate is declared disposable and unsafe drills were approved, but no drill "
+                                  "script runs them (script, inventory variable hgpu_overflow_drill_script: %r)" % (script,))
+    return list(unsafe), []
+
+
+def run_script(params, unsafe):
+    """Run the estate's drill script for the approved unsafe drills; its record."""
+    out = params.get("script_out") or os.path.dirname(params["out"].rstrip("/")) or params["out"]
+    argv = [params.get("python") or sys.executable, params["script"], "--out", out,
+            "--min-runs", "%d" % params["script_min_runs"], "--max-runs", "%d" % params["script_max_runs"]]
+    argv += ["--backend=%s" % b for b in params["script_backends"]]
+    argv += ["--class=%s" % c for c in params["script_classes"]]
+    argv += ["--failure=%s" % f for f in ["none"] + list(unsafe)]
+    res = subprocess.run(argv, capture_output=True, text=True, check=False)
+    return {"ran": True, "drills": list(unsafe), "change_id": (params.get("approval") or {}).get("change_id"), "rc": res.returncode,
+            "report": os.path.join(out, "drill.json"), "output": ((res.stdout or "") + (res.stderr or ""))[-4000:]}
+
+
 def run(params):
     out = params["out"]
     os.makedirs(out, exist_ok=True)
+    if not params["safe"]:
+        return []
     files.write(os.path.join(out, "drill-input.txt"), "overflow drill test input\n")
     cloud = dispatch_run.build_cloud(dict(params["cloud"], namespace=params["namespace"]))
     storage = dict(params["storage"])
@@ -294,7 +402,10 @@ def main():
         module.fail_json(msg="invalid job classes: %s" % exc, errors=exc.errors)
     except drills.DrillRefused as exc:
         module.fail_json(msg="%s; nothing was run" % exc)
-    refused = drills.refused(unsafe, params["estate"])
+    try:
+        run_unsafe, refused = unsafe_plan(params, unsafe)
+    except drills.DrillRefused as exc:
+        module.fail_json(msg="%s; nothing was run" % exc)
     result = dict(changed=False, drills=[], refused=refused, unsafe=unsafe, table=drills.table(), would_run=safe)
     if module.check_mode:
         module.exit_json(**dict(result, **{"pass": True}))
@@ -313,6 +424,12 @@ def main():
     files.write(path, json.dumps(rep, indent=1, sort_keys=True, default=str) + "\n")
     result.update(changed=bool(records), drills=records, report=path)
     result["pass"] = rep["pass"]
+    if run_unsafe:
+        result["estate_drill"] = run_script(params, run_unsafe)
+        result["changed"] = True
+        if result["estate_drill"]["rc"] not in (0, 1):
+            module.fail_json(msg="overflow drill: the estate's drill script %s ended with status %d"
+                                 % (params["script"], result["estate_drill"]["rc"]), **result)
     module.exit_json(**result)
 
 

@@ -43,6 +43,7 @@ PLAYBOOK_ACTIONS = {
     "remove.yml": "remove",
     "revoke_member.yml": "revoke_member",
     "upgrade_rehearsal.yml": "driver_upgrade",
+    "overflow_drill.yml": "overflow_drill",
 }
 
 

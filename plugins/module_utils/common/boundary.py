@@ -24,7 +24,7 @@ SCHEMA_VERSION = 1
 
 # Actions the change process knows; others are rejected (a misspelt action escapes nothing).
 ACTIONS = ("drain", "cordon", "uncordon", "reboot", "driver_upgrade", "remove", "label",
-           "join", "firmware_upgrade", "kubernetes_upgrade", "revoke_member", "hold_override")
+           "join", "firmware_upgrade", "kubernetes_upgrade", "revoke_member", "hold_override", "overflow_drill")
 
 CREDENTIAL_KINDS = ("kubernetes", "ssh_key", "bmc", "service_token")
 

@@ -19,7 +19,8 @@ so no production queue entry is held or released. Each drill records evidence (J
 job-ID label, ledger entries, checksums), then deletes the Jobs it created in the test namespace.
 
 UNSAFE lists the drills that must break shared parts of the estate; they run only where the
-inventory declares the estate disposable (a test estate's own drill script injects them).
+inventory declares the estate disposable and a verified change record approves them (the
+overflow_drill action plugin verifies it; the estate's own drill script injects them).
 """
 from __future__ import annotations
 

@@ -1,8 +1,9 @@
 """playbooks/overflow_drill.yml through ansible-playbook against the in-process cloud API emulator: the
 overflow_drill module runs safe drills in a test namespace with the real rsync stager (its SSH goes to a
 stand-in `ssh` that runs the remote commands here) and the real SQLite ledger; unsafe drills are refused
-on an estate not declared disposable; the production overflow namespace and a missing test namespace
-are refused before anything runs."""
+on an estate not declared disposable, and on a disposable one without a verified change record
+(test_drill_approval.py); the production overflow namespace and a missing test namespace are refused
+before anything runs."""
 import json
 import os
 import shutil
@@ -82,6 +83,9 @@ def estate(tmp_path_factory):
     w.stop()
 
 
+MODULE_TASK = "Run the safe drills in the test namespace, and the unsafe ones under a verified change record"
+
+
 def play(estate, tmp_path, **extra):
     evars = dict(estate.vars, hgpu_records_dir=str(tmp_path / "records"), overflow_drill_out=str(tmp_path / "drill"))
     evars.update(extra)
@@ -117,7 +121,7 @@ def test_safe_drills_run_and_unsafe_are_refused(estate, tmp_path):
     assert [r["drill"] for r in rep["refused"]] == ["cloud_node_lost", "corrupted_result"]
     assert all("not disposable" in r["reason"] for r in rep["refused"])
     assert "stops a cloud node" in rep["refused"][0]["reason"]
-    assert task(result, "Run the unsafe drills with the estate's drill script (disposable estate only)").get("skipped")
+    assert "estate_drill" not in task(result, MODULE_TASK) and task(result, "Read the estate drill report").get("skipped")
     assert "Refused drills" in (tmp_path / "drill" / "safe" / "safe_drill.html").read_text()
     # every test Job is deleted; nothing was created in the production namespace
     left = [j for j in estate.kube_cloud.list_jobs(NS) if not j["metadata"].get("deletionTimestamp")]
@@ -125,14 +129,15 @@ def test_safe_drills_run_and_unsafe_are_refused(estate, tmp_path):
     assert estate.kube_cloud.list_jobs("overflow") == []
 
 
-def test_disposable_estate_without_a_script_stops(estate, tmp_path):
+def test_disposable_estate_without_a_change_record_refuses_the_unsafe_drills(estate, tmp_path):
     out, result = play(estate, tmp_path, hgpu_overflow_drill_namespace=NS, hgpu_overflow_drill_class="drill-test",
                        hgpu_overflow_drill_estate="disposable", overflow_drill_failures=["retried_commit", "cloud_node_lost"])
-    assert out.returncode != 0
+    assert out.returncode == 0, out.stdout[-3000:]
     rep = json.loads((tmp_path / "drill" / "safe" / "safe_drill.json").read_text())
-    assert rep["pass"] is True and rep["refused"] == [] and [d["drill"] for d in rep["drills"]] == ["retried_commit"]
-    msg = task(result, "A disposable estate names its drill script for the unsafe drills")["msg"]
-    assert "names no drill script" in msg
+    assert rep["pass"] is True and [d["drill"] for d in rep["drills"]] == ["retried_commit"]
+    assert [r["drill"] for r in rep["refused"]] == ["cloud_node_lost"]
+    assert "no verified change record approves it" in rep["refused"][0]["reason"]
+    assert "estate_drill" not in task(result, MODULE_TASK) and not (tmp_path / "drill" / "drill.json").exists()
 
 
 @pytest.mark.parametrize("extra,message", [
