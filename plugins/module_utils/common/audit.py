@@ -222,7 +222,11 @@ def _next_link(path, last, anchors_path):
 
 
 def _append_locked(handle, path, event, anchors_path):
-    """Append under the caller's lock; refuses a torn tail and whatever ``_next_link`` refuses."""
+    """Append under the caller's lock; refuses a torn tail, an anchors file that is a symbolic
+    link and whatever ``_next_link`` refuses."""
+    if anchors_path and os.path.islink(anchors_path):
+        raise AuditError("the anchors file %s is a symbolic link; it is not followed and nothing was appended"
+                         % anchors_path)
     tail = _tail(handle)
     if tail["torn"]:
         raise AuditError(_torn_message(path, tail))

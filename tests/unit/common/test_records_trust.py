@@ -374,3 +374,22 @@ def test_a_key_set_on_a_log_written_without_one_signs_from_then_on(people, tmp_p
                    inventory_vars={"hgpu_audit_checkpoint_key": checkpoint_key})
     assert rc == 0 and res["verify"]["verification"]["ok"], res["verify"]
     assert res["verify"]["verification"]["ledger"]["references"] == 1
+
+
+def test_links_planted_at_the_audit_page_and_anchors_are_not_followed(tmp_path):
+    log = str(tmp_path / "records" / "audit" / "audit.jsonl")
+    audit.append(log, audit.make_event(CID, "sec-owner", "ops-lead", "node-1", "cordon", "changed"))
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    os.remove(str(tmp_path / "records" / "audit" / "audit.html"))
+    os.symlink(str(victim), str(tmp_path / "records" / "audit" / "audit.html"))
+    audit.append(log, audit.make_event(CID, "sec-owner", "ops-lead", "node-2", "cordon", "changed"))
+    assert victim.read_text() == "precious\n"
+    assert not os.path.islink(str(tmp_path / "records" / "audit" / "audit.html"))
+    os.rename(log + ".anchors", str(tmp_path / "anchors"))
+    os.symlink(str(victim), log + ".anchors")
+    with pytest.raises(audit.AuditError, match="symbolic link"):
+        audit.append(log, audit.make_event(CID, "sec-owner", "ops-lead", "node-3", "cordon", "changed"))
+    assert victim.read_text() == "precious\n" and len(open(log).read().splitlines()) == 2
+    res = audit.verify(log)
+    assert not res["ok"] and res["first_bad"]["kind"] == "refused"
