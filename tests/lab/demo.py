@@ -31,6 +31,9 @@ sys.path.insert(0, os.path.join(ROOT, "tests", "unit", "lifecycle"))
 import lifecycle_support as approvals  # noqa: E402  (keys, boundary with keys, signed records)
 import yaml  # noqa: E402
 
+sys.path.insert(0, os.path.join(ROOT, ".collections"))
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow.drills import UNSAFE_NAMES as UNSAFE_DRILLS  # noqa: E402
+
 BIN = os.path.dirname(sys.executable)
 RECORDS = os.path.join(ROOT, "records")
 LOGS = os.path.join(RECORDS, "demo")
@@ -95,6 +98,15 @@ def site_inventory(boundary):
     with open(path, "w") as fh:
         json.dump({"all": {"hosts": {h: {"hgpu_boundary_path": boundary} for h in hosts}}}, fh)
     return ["-i", INVENTORY, "-i", path]
+
+
+def control_inventory(boundary):
+    """localhost (the drill's play runs there) with the demo's boundary, as site_inventory gives the nodes."""
+    path = os.path.join(DEMO_DIR, "control.json")
+    with open(path, "w") as fh:
+        json.dump({"all": {"hosts": {"localhost": {"ansible_connection": "local", "hgpu_boundary_path": boundary,
+                                                   "ansible_python_interpreter": sys.executable}}}}, fh)
+    return path
 
 
 def playbook(step, name, *extra, site=()):
@@ -232,10 +244,18 @@ def main():
         "reonboard", "onboard.yml", "onboard_wave=%s" % args.spare, "onboard_wave_name=wave1")
 
     # The lab's kubelet stand-in starts a pod within half a second, so the safe drills look at their
-    # test job every second (their test job runs three looks long).
+    # test job every second (their test job runs three looks long). The unsafe drills break the
+    # lab's shared parts: a record signed by an approver of overflow_drill names each of them.
+    now = datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0)
+    drill = approvals.write_record(DEMO_DIR, "drill.yml", approvals.record_text(
+        change_id="CHG-DEMO-OVERFLOW-DRILL-%s" % now.strftime("%Y%m%d%H%M%S"), action="overflow_drill",
+        playbook="overflow_drill.yml", targets=UNSAFE_DRILLS, requester="ops-lead",
+        start=now - datetime.timedelta(minutes=5), end=now + datetime.timedelta(hours=2),
+        reason="lab demo: the overflow failure drill on the disposable lab"), signer_key=APPROVERS["keys"]["sec-owner"])
     results["overflow drill"] = playbook(
         "overflow-drill", "overflow_drill.yml", "overflow_drill_min_runs=%s" % args.drill_runs,
-        "overflow_drill_max_runs=%s" % args.drill_runs, "overflow_drill_poll_s=1")
+        "overflow_drill_max_runs=%s" % args.drill_runs, "overflow_drill_poll_s=1", "overflow_drill_executor=ops-lead",
+        "change_record_path=%s" % drill, site=site_inventory(boundary) + ["-i", control_inventory(boundary)])
 
     links = write_index(results)
     print("\nRecords (open records/index.html):")
