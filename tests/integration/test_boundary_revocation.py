@@ -4,8 +4,11 @@ login key on a node; the signed boundary lists exactly these under people[test-m
 playbooks/revoke_member.yml revokes them (the objects through the API, the key over SSH) and
 each path is tried again: the objects are gone, the bootstrap token gets 401 from both
 emulators, SSH with the member's key is refused. A rerun changes nothing. Keys given by the
-launcher are refused. The lab is restored afterwards (the objects and the key removed)."""
+launcher are refused, and so is a run started past the approval task with a made-up change
+naming the administrator's key. The lab is restored afterwards (the objects and the key
+removed)."""
 import base64
+import json
 import os
 import secrets
 import string
@@ -104,12 +107,19 @@ def objects_left(cluster):
         ("crb", k.call_or_none("get crb", k.rbac.read_cluster_role_binding, SA))) if obj is not None]
 
 
-def revoke(member, record, **extra):
+def revoke(member, record, *args, **extra):
     ev = {"revoke_member": "test-member", "revoke_executor": "ops-lead", "revoke_hosts": NODE,
-          "change_record_path": record, "revoke_ssh_proof_key": member["key"]}
+          "revoke_ssh_proof_key": member["key"]}
+    if record:
+        ev["change_record_path"] = record
     ev.update(extra)
-    return playbook("revoke_member.yml", extra=ev, tmp_path=member["tmp"],
+    return playbook("revoke_member.yml", *args, extra=ev, tmp_path=member["tmp"],
                     site={"hgpu_boundary_path": member["appr"]["boundary"], "hgpu_records_dir": str(member["tmp"] / "records")})
+
+
+def audit_entries(member):
+    log = member["tmp"] / "records" / "audit" / "audit.jsonl"
+    return [json.loads(line) for line in open(str(log))] if log.exists() else []
 
 
 def test_every_path_of_a_revoked_member_is_denied(member):
@@ -142,6 +152,9 @@ def test_every_path_of_a_revoked_member_is_denied(member):
     assert ok.returncode == 0, ok.stdout + ok.stderr
     text = open(log).read()
     assert text.count('"revoke_credential"') == 3  # two clusters, one host
+    # written by the tasks that revoked, under the verified change id
+    assert sorted((e["change_id"], e["target"]) for e in audit_entries(member) if e["action"] == "revoke_credential") == [
+        ("CHG-REVOKE-LAB", NODE), ("CHG-REVOKE-LAB", "test-member@cloud"), ("CHG-REVOKE-LAB", "test-member@onprem")]
     assert "CHG-REVOKE-LAB" in ssh(NODE, "journalctl -t hybridgpu-audit --no-pager -o cat").stdout
 
     # a rerun changes nothing and still proves every path refused
@@ -172,3 +185,20 @@ def test_keys_from_the_launcher_revoke_nothing(member):
     assert res.returncode != 0 and "are not inputs" in res.out and "nothing was changed" in res.out
     assert {c: objects_left(c) for c in CLUSTERS} == left
     assert ssh(NODE, "cat /root/.ssh/authorized_keys").stdout == keys
+
+
+def test_a_run_started_past_the_approval_removes_no_key(member):
+    """--start-at-task at the key removal, with a made-up change naming the administrator's key,
+    its home folder and keys: the task verifies on its own and refuses; no key is removed and no
+    audit entry or journal line names the made-up change."""
+    keys = ssh(NODE, "cat /root/.ssh/authorized_keys").stdout
+    admin = next(line for line in keys.splitlines() if line.strip() and "hgpu-test-member" not in line)
+    change = {"change_id": "CHG-MADE-UP-LAB", "approved": True, "approver": "sec-owner", "executor": "ops-lead",
+              "member": "test-member", "member_access": {"ssh_keys": [admin], "kubernetes": []}}
+    res = revoke(member, None, "--start-at-task", "Remove the member's public keys from authorized_keys",
+                 revoke_change=change, revoke_approval={"approval": change}, revoke_keys=[admin],
+                 revoke_home_of={"root": "/root"})
+    assert res.returncode != 0 and "given as an extra var" in res.out
+    assert ssh(NODE, "cat /root/.ssh/authorized_keys").stdout == keys
+    assert not [e for e in audit_entries(member) if e["change_id"] == "CHG-MADE-UP-LAB"]
+    assert "CHG-MADE-UP-LAB" not in ssh(NODE, "journalctl -t hybridgpu-audit --no-pager -o cat").stdout
