@@ -249,14 +249,14 @@ def ledger_folders(folder, change_id=None):
         raise ApprovalError(["change_id: %s; nothing was changed" % exc], change_id)
 
 
-def _chain_uses(folder, change_id, checkpoint_key):
+def _chain_uses(folder, change_id, checkpoint_key, every):
     """The claim and done marks the audit chain holds for ``change_id``: (claim entry or None,
     {target: done entry}). The chain, its anchors, its checkpoints (with a key) and the ledger's
     references must verify; otherwise nobody can say whether the change id was used."""
     log = ledger_audit_log(folder)
     entries = []
-    res = audit.verify(log, checkpoint_key=checkpoint_key, ledger_dir=folder, all_signatures=False,
-                       entries_out=entries, head_checkpoint=False)
+    res = audit.verify(log, checkpoint_key=checkpoint_key, checkpoint_every=every, ledger_dir=folder,
+                       all_signatures=False, entries_out=entries, head_checkpoint=False)
     if not res["ok"] and res["first_bad"]["kind"] != "missing":
         raise ApprovalError(["change_id: the audit log %s does not verify (%s: %s), so the uses of change ids "
                              "cannot be checked; nothing was changed (bin/hgpu-audit-verify %s)"
@@ -327,25 +327,25 @@ def _syslog_socket():
     return audit_anchor.SYSLOG_SOCKET if os.path.exists(audit_anchor.SYSLOG_SOCKET) else None
 
 
-def _ledger_entry(folder, change_id, checkpoint_key):
+def _ledger_entry(folder, change_id, checkpoint_key, every=audit_anchor.CHECKPOINT_EVERY):
     """Under the audit log's lock (the caller holds it): (ledger path, the entry the chain says
-    or None, the ledger file as it is), after checking the two agree (a missing file or missing
-    done marks are written again from the chain)."""
+    or None), after checking that the ledger file agrees with it (a missing file or missing done
+    marks are written again from the chain)."""
     path = os.path.join(folder, "%s.json" % change_id)
     log = ledger_audit_log(folder)
-    first, done = _chain_uses(folder, change_id, checkpoint_key)
+    first, done = _chain_uses(folder, change_id, checkpoint_key, every)
     used = _read_ledger(path, change_id)
     if first is None:
         if used is not None:
             raise ApprovalError(["change_id: the ledger entry %s has no claim in the audit log %s (the log or the "
                                  "entry was changed); the change id counts as used; nothing was changed"
                                  % (path, log)], change_id)
-        return path, None, None
+        return path, None
     chain_entry = _from_chain(first, done)
     if used is None or _agrees(path, used, chain_entry, change_id, log):
         _write_ledger(path, chain_entry)
         chain_entry["restored"] = True
-    return path, chain_entry, used
+    return path, chain_entry
 
 
 def claim(folder, approval, now=None, checkpoint_key=None, checkpoint_every=audit_anchor.CHECKPOINT_EVERY):
@@ -361,7 +361,8 @@ def claim(folder, approval, now=None, checkpoint_key=None, checkpoint_every=audi
     chain does not hold, is refused. The chain must verify (with the checkpoint key, its
     signed checkpoints too); a records, ledger or audit folder that is a symbolic link is
     refused. ``checkpoint_key``: signs the claim's head (default: audit_anchor.DEFAULT_KEY
-    when it exists). Returns the ledger entry with ``resumed``."""
+    when it exists); ``checkpoint_every``: the most entries the chain may carry between signed
+    checkpoints. Returns the ledger entry with ``resumed``."""
     now = now or datetime.datetime.now(datetime.timezone.utc)
     cid = approval["change_id"]
     key = audit_anchor.configured_key(checkpoint_key)
@@ -379,7 +380,7 @@ def claim(folder, approval, now=None, checkpoint_key=None, checkpoint_every=audi
     }
     try:
         with audit.locked(log) as handle:
-            path, used, dummy = _ledger_entry(folder, cid, key)
+            path, used = _ledger_entry(folder, cid, key, checkpoint_every)
             if used is not None:
                 differs = [k for k in CLAIM_KEYS if used.get(k) != entry[k]]
                 if differs:
@@ -418,7 +419,7 @@ def mark_done(folder, change_id, target, details=None, now=None, checkpoint_key=
     log = ledger_audit_log(folder)
     try:
         with audit.locked(log) as handle:
-            path, entry, dummy = _ledger_entry(folder, change_id, key)
+            path, entry = _ledger_entry(folder, change_id, key)
             if entry is None:
                 raise ApprovalError(["change_id: %s has no claim in the audit log %s (ledger %s); nothing was noted"
                                      % (change_id, log, folder)], change_id)
