@@ -12,13 +12,23 @@ version_added: "0.1.0"
 description:
   - V(node_deleted) deletes the Node, refusing one that is not cordoned (a drain that did
     not complete leaves it schedulable, kubespray #7137).
-  - V(secret_revoked) keeps the node token (0600, O(token_file)) for the refusal check and
-    deletes the token Secret, which revokes the token.
+  - V(secret_revoked) keeps the node token (0600, beside the removal state) for the refusal check
+    and deletes the token Secret, which revokes the token.
   - V(token_refused) tries the kept token against O(server) and succeeds only on 401.
-  - V(placement_removed) removes the given labels and taints when the Node still exists.
+  - V(placement_removed) removes the labels and taints the onboarding manifest recorded when the
+    Node still exists.
   - V(csr_deleted) deletes a CertificateSigningRequest of the node's join (O(name)).
   - V(bootstrap_token_deleted) deletes a bootstrap token Secret C(kube-system/<name>) of the
     node's join, which revokes the token (the join deletes it already; this catches one left).
+  - Every state that changes the cluster verifies the signed change record itself, at the moment
+    it acts (outside check mode) - the boundary at the pinned path signed by the pinned boundary
+    signers, the record signed by an approver of C(remove) for this playbook, the run's targets,
+    the executor, an open window and the ledger of used change ids (the same run again resumes).
+    The node must be the host the task runs for and an approved target. What it deletes must be
+    in the plan computed from the manifest snapshot of the removal state
+    C(<records>/removals/<node>/<change_id>.json) whose SHA-256 the record names in C(manifests)
+    (in the pinned records folder); a removal state or manifest written or edited by
+    anyone else fails that digest. Nothing the task passes is trusted beyond the record itself.
   - The client certificate the join issued cannot be revoked through the API; it stays valid
     until it expires. The removal records its serial and expiry as residual validity and
     removes every copy of its key from the node (C(kubeadm reset)).
@@ -40,7 +50,9 @@ options:
     type: str
     default: kube-system
   token_file:
-    description: Where the revoked token is kept (V(secret_revoked)) and read from (V(token_refused)).
+    description:
+      - Where the revoked token is read from (V(token_refused)). V(secret_revoked) keeps it beside
+        the removal state (C(<change_id>.revoked-token)) and ignores this option.
     type: path
   server:
     description: API server URL the node used (V(token_refused)).
@@ -48,26 +60,43 @@ options:
   server_ca:
     description: CA bundle of that server (V(token_refused)).
     type: path
-  labels:
-    description: Label keys to remove (V(placement_removed)).
+  node:
+    description: The node being removed; defaults to O(name). Must be the host the task runs for.
+    type: str
+  record_path:
+    description: The change record file; its signature is C(record_path) with C(.sig) appended.
+    type: path
+  record_text:
+    description: The change record as text, byte for byte as it was signed (AWX).
+    type: str
+  signature:
+    description: The record's armoured signature text (with O(record_text)).
+    type: str
+  executor:
+    description: Person id running the removal (outside AWX; under AWX the launching user).
+    type: str
+  playbook:
+    description: The playbook of this run; must be the record's C(playbook).
+    type: str
+    default: remove.yml
+  boundary:
+    description: Set by the action plugin from the pinned boundary path; a task may not set it.
+    type: path
+  boundary_signers:
+    description: Set by the action plugin from the pinned boundary signers; a task may not set it.
+    type: str
+  ledger_dir:
+    description: Set by the action plugin (the ledger of used change ids, in the pinned records folder); a task may not set it.
+    type: path
+  awx_user:
+    description: Set by the action plugin from the AWX job; a task may not set it.
+    type: str
+  targets:
+    description: Set by the action plugin to the run's hosts; a task may not set it.
     type: list
     elements: str
-    default: []
-  taints:
-    description: Taints (C(key), C(effect)) to remove (V(placement_removed)).
-    type: list
-    elements: dict
-    default: []
-  removal_state:
-    description:
-      - The removal state written by M(hybridgpu.fleet.node_removal_state) after it verified the
-        signed change record. Required to change anything (V(node_deleted), V(secret_revoked),
-        V(placement_removed), V(csr_deleted), V(bootstrap_token_deleted) outside check mode) - the
-        state must be for this node, unfinished, and its approved remove must name the node in an
-        open window; a Secret or CSR must be one the onboarding manifest recorded.
-    type: path
-  node:
-    description: The node being removed (V(secret_revoked), V(csr_deleted), V(bootstrap_token_deleted)); defaults to O(name).
+  task_host:
+    description: Set by the action plugin to the host the task runs for; a task may not set it.
     type: str
 attributes:
   check_mode:
@@ -80,11 +109,13 @@ author:
 """
 
 EXAMPLES = r"""
-- name: Delete the Node (only when cordoned)
+- name: Delete the Node (only when cordoned, under the verified record)
   hybridgpu.fleet.k8s_node_removal:
     context: onprem
     state: node_deleted
     name: owned-l40s-1
+    record_path: CHG-77.yml
+    executor: ops-lead
   delegate_to: localhost
 
 - name: The revoked node token gets 401
@@ -104,6 +135,7 @@ detail:
   type: str
 """
 
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import approval
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.lifecycle import removal as rm
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.common.k8s import K8sError
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.common.k8s_module import K8sModule
@@ -122,13 +154,42 @@ ARGUMENT_SPEC = dict(
     token_file=dict(type="path"),
     server=dict(type="str"),
     server_ca=dict(type="path"),
-    labels=dict(type="list", elements="str", default=[]),
-    taints=dict(type="list", elements="dict", default=[]),
-    removal_state=dict(type="path"),
     node=dict(type="str"),
+    record_path=dict(type="path"),
+    record_text=dict(type="str"),
+    signature=dict(type="str", no_log=False),
+    executor=dict(type="str"),
+    playbook=dict(type="str", default="remove.yml"),
+    boundary=dict(type="path"),
+    boundary_signers=dict(type="str"),
+    ledger_dir=dict(type="path"),
+    awx_user=dict(type="str"),
+    targets=dict(type="list", elements="str"),
+    task_host=dict(type="str"),
 )
-SPEC_OPTIONS = dict(required_if=[("state", "secret_revoked", ("token_file",)),
-                                 ("state", "token_refused", ("token_file", "server"))])
+SPEC_OPTIONS = dict(required_if=[("state", "token_refused", ("token_file", "server"))],
+                    mutually_exclusive=[("record_path", "record_text")])
+
+
+def _approved(p, check):
+    """The verified approval, plan and removal state for an API change (removal.authorise), after
+    checking the object is one the bound manifest recorded."""
+    node = p["node"] or p["name"]
+    verified, plan, dummy, state = rm.authorise(p, node, check_mode=check)
+    kind = OBJECT_LISTS.get(p["state"])
+    if kind:
+        namespace = p["namespace"] if kind != "csrs" else ""
+        if (namespace, p["name"]) not in [(o["namespace"], o["name"]) for o in plan[kind]]:
+            label = {"secrets": "Secret", "bootstrap_tokens": "bootstrap token Secret"}.get(kind, "CSR")
+            raise rm.RemovalError("refused: %s %s/%s is not one the onboarding manifest of %s recorded; nothing was "
+                                  "changed" % (label, namespace, p["name"], node))
+    elif p["state"] == "node_deleted" and p["name"] not in [n["name"] for n in plan["nodes"]]:
+        raise rm.RemovalError("refused: Node %s is not one the onboarding manifest of %s recorded; nothing was "
+                              "changed" % (p["name"], node))
+    elif p["state"] == "placement_removed" and p["name"] != node:
+        raise rm.RemovalError("refused: placement of Node %s under the removal of %s; nothing was changed"
+                              % (p["name"], node))
+    return verified, plan, state
 
 
 def run(module):
@@ -145,20 +206,17 @@ def run(module):
                 module.fail_json(msg="the revoked token of %s is NOT refused by %s: %s"
                                  % (p["name"], p["server"], detail), detail=detail)
             module.exit_json(changed=False, detail=detail)
-        if not check:
-            node = p["node"] or p["name"]
-            kind = OBJECT_LISTS.get(p["state"])
-            secret = (p["namespace"] if kind != "csrs" else "", p["name"]) if kind else None
-            if not p["removal_state"]:
-                raise rm.RemovalError("refused: %s changes the cluster only under a verified removal "
-                                      "(removal_state, written by node_removal_state)" % p["state"])
-            rm.authorise(p["removal_state"], node, secret, kind=kind or "secrets")
+        plan = state = None
+        # a check-mode look at whether an object is gone changes nothing and needs no record;
+        # the labels and taints to strip come from the verified plan, in check mode too
+        if not check or p["state"] == "placement_removed":
+            dummy, plan, state = _approved(p, check)
         kube = module.client()
         if p["state"] == "node_deleted":
             changed = rm.delete_node(kube, p["name"], check)
             detail = "Node deleted" if changed else "Node already absent"
         elif p["state"] == "secret_revoked":
-            changed = rm.revoke_secret(kube, p["namespace"], p["name"], p["token_file"], check)
+            changed = rm.revoke_secret(kube, p["namespace"], p["name"], state.token_file if state else None, check)
             detail = "Secret deleted" if changed else "Secret already absent"
         elif p["state"] == "csr_deleted":
             changed = rm.delete_csr(kube, p["name"], check)
@@ -167,9 +225,9 @@ def run(module):
             changed = rm.delete_bootstrap_token(kube, p["name"], check)
             detail = "bootstrap token deleted" if changed else "bootstrap token already absent"
         else:
-            changed = rm.strip_placement(kube, p["name"], p["labels"], p["taints"], check)
+            changed = rm.strip_placement(kube, p["name"], plan["labels"], plan["taints"], check)
             detail = "labels/taints removed" if changed else "nothing to remove (or the Node is gone)"
-    except (K8sError, rm.RemovalError, OSError) as err:
+    except (K8sError, rm.RemovalError, approval.ApprovalError, OSError) as err:
         module.fail_api(err, p["state"], "Node", p["name"])
     module.exit_json(changed=changed, detail=detail)
 

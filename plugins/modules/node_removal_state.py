@@ -25,6 +25,13 @@ description:
     M(hybridgpu.fleet.change_approval), action C(remove)) against the boundary signed by the
     pinned boundary signers, and keeps the verified approval in the state; no state, and so no
     phase, exists without it. The change id is taken from the verified record.
+  - V(start) also checks that the node is the host the task runs for and an approved target,
+    and that the manifest it snapshots (or, when the removal resumes, the snapshot the state
+    holds) is the one whose SHA-256 the record names in C(manifests) for the node
+    (C(bin/hgpu-sign-change manifest-digest)); the plan it returns is computed from that
+    snapshot. The approval kept in the state is for people reading it, and every step that acts
+    verifies the record again itself and trusts nothing in the state but the snapshot, whose
+    digest it checks against the record again.
 extends_documentation_fragment:
   - hybridgpu.fleet.attributes
 options:
@@ -89,6 +96,9 @@ options:
   ledger_dir:
     description: Set by the action plugin (the used change ids ledger); a task may not set it.
     type: path
+  task_host:
+    description: Set by the action plugin to the host the task runs for (V(start)); a task may not set it.
+    type: str
   fail_unfinished:
     description: With V(report), fail (with the report as message) when the removal is not finished.
     type: bool
@@ -176,6 +186,7 @@ def main():
             boundary_signers=dict(type="str"),
             awx_user=dict(type="str"),
             ledger_dir=dict(type="path"),
+            task_host=dict(type="str"),
             fail_unfinished=dict(type="bool", default=False),
         ),
         required_if=[("action", "start", ("manifest_path", "boundary", "targets")),
@@ -207,10 +218,16 @@ def main():
                 module.fail_json(msg="%s: a removal under %s is unfinished (done: %s); finish it with "
                                  "that change record first" % (p["node"], others[0]["change_id"],
                                                                ", ".join(others[0]["done"]) or "none"))
-            changed = st.start(manifest.load(p["manifest_path"]), verified, module.check_mode)
+            removal.check_target(verified, p["node"], p["task_host"] or p["node"], p["targets"])
+            current = manifest.load(p["manifest_path"])
+            if st.load() is not None:
+                removal.check_manifest(verified, p["node"], st.doc.get("manifest") or {}, st.path)
+            elif current is not None:
+                removal.check_manifest(verified, p["node"], current, p["manifest_path"])
+            changed = st.start(current, verified, module.check_mode)
             if st.doc is None:  # check mode on a new removal
-                st.doc = {"manifest": manifest.load(p["manifest_path"]), "steps": {}, "change_id": p["change_id"]}
-            result["plan"] = removal.plan(st.doc["manifest"])
+                st.doc = {"manifest": current, "steps": {}, "change_id": p["change_id"]}
+            result["plan"] = removal.validate(removal.plan(st.doc["manifest"]))
         elif p["action"] == "done":
             changed = st.mark(p["step"], p["details"], module.check_mode)
         elif p["action"] == "finish":

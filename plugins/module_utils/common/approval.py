@@ -76,6 +76,9 @@ RECORD_SPEC = s.Map({
     "reason": s.Field(s.Str()),
     # Free text for the reviewer (ticket link, rollback plan); not checked.
     "notes": s.Field(s.Str(nonempty=False), required=False),
+    # remove: the SHA-256 of each target's onboarding manifest (bin/hgpu-sign-change
+    # manifest-digest), so the removal undoes exactly the manifest the approver reviewed.
+    "manifests": s.Field(s.MapOf(s.Str(r"^[0-9a-f]{64}$", hint="a SHA-256 in lower-case hex")), required=False),
 })
 
 
@@ -96,6 +99,9 @@ def parse_record(text, filename="change record"):
         errors.append("%s: member: is required for action revoke_member (the member it revokes)" % filename)
     if not errors and doc["action"] == "hold_override" and not doc.get("overrides"):
         errors.append("%s: overrides: is required for action hold_override (the findings it overrides)" % filename)
+    if not errors and doc.get("manifests"):
+        errors.extend("%s: manifests.%s: is not one of the targets" % (filename, node)
+                      for node in sorted(set(doc["manifests"]) - set(doc["targets"])))
     if errors:
         cid = data.get("change_id") if isinstance(data, dict) else None
         raise ApprovalError(errors, cid)
@@ -213,6 +219,8 @@ def check(boundary, record_text, signature_text, action, targets, now=None, exec
         # What the verified boundary lists for the member (revoke_member revokes exactly this).
         "member_access": access,
         "overrides": record.get("overrides"),
+        # remove: {target: SHA-256 of the onboarding manifest the approver reviewed}
+        "manifests": record.get("manifests") or {},
         "approver": approver,
         "requester": record["requester"],
         "executor": executor,

@@ -9,6 +9,9 @@
   phases are done; an interrupted removal reports it and a rerun resumes after the last
   finished phase (kubespray #8806).
 - what of the plan is still on a node, and whether the node works standalone: node_checks.py.
+- authorise(): what every step that acts runs first, at the moment it acts: the signed change
+  record verified against the pinned signers for this node, and the plan computed from the
+  manifest snapshot whose digest the record names (never from a plan or state the task hands it).
 - api: delete the Node (only when cordoned), revoke the node token Secret, prove a
   revoked token gets 401, strip managed labels/taints.
 """
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 import copy
 import datetime
+import hashlib
 import json
 import os
 import re
@@ -254,48 +258,155 @@ def summary(report):
         ", ".join(report["done"]) or "none", ", ".join(report["pending"]) or "none", report["path"])
 
 
-def authorise(state_path, node, secret=None, now=None, kind="secrets"):
-    """Refuse an API change that no verified, open removal covers.
+# -- what the acting code verifies -------------------------------------------------------------
 
-    ``state_path`` is the removal state node_removal_state wrote after it verified the signed
-    change record; it must be for ``node``, unfinished, its approval must be a remove of
-    ``node`` whose window is still open, and an object (``secret``: namespace, name; ``kind`` the
-    plan's list it must be in: secrets, bootstrap_tokens or csrs) must be one the node's
-    manifest recorded. Raises RemovalError naming what is missing."""
-    now = now or datetime.datetime.now(datetime.timezone.utc)
-    try:
-        with open(state_path, encoding="utf-8") as fh:
-            doc = json.load(fh)
-    except (OSError, ValueError) as err:
-        raise RemovalError("no verified removal state %s (%s): the API change is refused; start the "
-                           "removal with node_removal_state, which verifies the change record" % (state_path, err))
-    approval = doc.get("approval") or {}
+def manifest_digest(doc):
+    """SHA-256 (hex) of a manifest document in canonical JSON (keys sorted, no spaces): what a
+    remove record names in ``manifests`` (bin/hgpu-sign-change manifest-digest)."""
+    text = json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return hashlib.sha256(text.encode("ascii")).hexdigest()
+
+
+def check_manifest(approval, node, doc, where):
+    """Refuse a manifest the signed record does not name by its digest for ``node``."""
+    want = (approval.get("manifests") or {}).get(node)
+    if not want:
+        raise RemovalError("change %s names no manifest digest for %s (manifests.%s): the approver signs the "
+                           "SHA-256 of the onboarding manifest a removal undoes (bin/hgpu-sign-change "
+                           "manifest-digest); nothing was changed" % (approval.get("change_id"), node, node))
+    have = manifest_digest(doc)
+    if have != want:
+        raise RemovalError("the manifest in %s (SHA-256 %s) is not the one change %s approved for %s (%s); "
+                           "nothing was changed" % (where, have, approval.get("change_id"), node, want))
+
+
+def check_target(approval, node, host, targets):
+    """``node`` must be the host the task runs for, one of the run's targets and one of the
+    record's approved targets."""
     problems = []
-    if doc.get("node") != node:
-        problems.append("the state is for %r, not %r" % (doc.get("node"), node))
-    if doc.get("finished_at"):
-        problems.append("the removal %s finished at %s" % (doc.get("change_id"), doc["finished_at"]))
-    if not approval.get("approved") or approval.get("action") != "remove" \
-            or approval.get("change_id") != doc.get("change_id"):
-        problems.append("the state holds no verified remove approval")
-    elif node not in (approval.get("targets") or []):
+    if node != host:
+        problems.append("the node %s is not the host this task runs for (%s)" % (node, host))
+    if node not in (targets or []):
+        problems.append("%s is not one of the run's targets [%s]" % (node, ", ".join(targets or [])))
+    if node not in (approval.get("approved_targets") or []):
         problems.append("%s is not a target of change %s" % (node, approval.get("change_id")))
-    end = (approval.get("window") or {}).get("end")
-    try:
-        closed = not end or datetime.datetime.strptime(end, "%Y-%m-%dT%H:%M:%SZ").replace(
-            tzinfo=datetime.timezone.utc) <= now
-    except ValueError:
-        closed = True
-    if closed:
-        problems.append("the change window closed at %s" % (end or "an unknown time"))
-    if secret is not None and not problems:
-        known = [(s["namespace"], s["name"]) for s in plan(doc.get("manifest") or {})[kind]]
-        if tuple(secret) not in known:
-            label = {"secrets": "Secret", "bootstrap_tokens": "bootstrap token Secret"}.get(kind, "CSR")
-            problems.append("%s %s/%s is not one the onboarding manifest recorded" % ((label,) + tuple(secret)))
     if problems:
-        raise RemovalError("refused: %s (state %s)" % ("; ".join(problems), state_path))
-    return doc
+        raise RemovalError("refused: %s; nothing was changed" % "; ".join(problems))
+
+
+def authorise(params, node, now=None, check_mode=False):
+    """Verify, at the moment of acting, that a removal of ``node`` is approved, and return
+    (verified approval, plan, state document, RemovalState).
+
+    ``params`` carries the record (record_path | record_text and signature), the executor, the
+    playbook and what the action plugin set from pinned sources: boundary, boundary_signers,
+    ledger_dir, awx_user, targets (the run's hosts) and task_host (the host the task runs for). The
+    record is verified against the pinned signers (approval.gate: boundary, signature, action
+    remove, playbook, targets, executor, open window, and the ledger claim, where the same run
+    again resumes); ``node`` must be the task's host and an approved target; the removal state
+    <records>/removals/<node>/<change_id>.json (records: the folder of the pinned ledger) must
+    exist, be for this node and change and unfinished, and its manifest snapshot must be the
+    one whose digest the record names. The plan is computed from that snapshot and validated;
+    nothing in the state but the snapshot is trusted. Raises RemovalError or ApprovalError."""
+    from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import approval as ap
+    if not params.get("ledger_dir"):
+        raise RemovalError("refused: no pinned records folder (ledger_dir, set by the action plugin); this step "
+                           "acts only under a change record it verifies itself; nothing was changed")
+    records = os.path.dirname(os.path.abspath(params["ledger_dir"]))
+    gate = dict(params, action="remove", playbook=params.get("playbook") or "remove.yml",
+                targets=list(params.get("targets") or []), ledger_dir=None if check_mode else params["ledger_dir"])
+    verified = ap.gate(gate, now=now)
+    check_target(verified, node, params.get("task_host"), gate["targets"])
+    state = RemovalState(os.path.join(records, "removals"), node, verified["change_id"])
+    doc = state.load()
+    if doc is None:
+        raise RemovalError("refused: no removal state %s; start the removal (node_removal_state action=start) "
+                           "first; nothing was changed" % state.path)
+    problems = []
+    if doc.get("node") != node or doc.get("change_id") != verified["change_id"]:
+        problems.append("the state is for %s under %s, not %s under %s" % (doc.get("node"), doc.get("change_id"),
+                                                                             node, verified["change_id"]))
+    if doc.get("finished_at"):
+        problems.append("the removal %s finished at %s" % (verified["change_id"], doc["finished_at"]))
+    if problems:
+        raise RemovalError("refused: %s (state %s); nothing was changed" % ("; ".join(problems), state.path))
+    snapshot = doc.get("manifest")
+    if not isinstance(snapshot, dict):
+        raise RemovalError("refused: the removal state %s holds no manifest snapshot; nothing was changed" % state.path)
+    check_manifest(verified, node, snapshot, state.path)
+    out = plan(snapshot)
+    if out["node"] != node:
+        raise RemovalError("refused: the manifest belongs to %r, not %r; nothing was changed" % (out["node"], node))
+    validate(out)
+    return verified, out, doc, state
+
+
+# Names a plan may carry to a node: each goes to a module as a single argument, never to a shell.
+USER_NAME = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
+PACKAGE_NAME = re.compile(r"^[a-z0-9][a-z0-9+.-]{0,127}(:[a-z0-9]+)?$")
+UNIT_NAME = re.compile(r"^[A-Za-z0-9:_.\\@-]{1,200}\.(service|socket|timer|target|path|mount|automount|swap|device|slice|scope)$")
+NFT_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,63}$")
+NFT_FAMILIES = ("ip", "ip6", "inet", "arp", "bridge", "netdev")
+KEY_TEXT = re.compile(r"^(ssh|ecdsa|sk)-[A-Za-z0-9@.-]+ [A-Za-z0-9+/=]+( .*)?$")
+PROVIDERS = ("aws", "nft")
+
+
+def _path(value, what, problems):
+    if not isinstance(value, str) or not value.startswith("/") or value == "/" or "\x00" in value \
+            or "\n" in value or os.path.normpath(value) != value or ".." in value.split("/"):
+        problems.append("%s %r is not an absolute, normalised path" % (what, value))
+
+
+def _name(value, pattern, what, problems):
+    if not isinstance(value, str) or not pattern.match(value):
+        problems.append("%s %r is not a valid name" % (what, value))
+
+
+def _argv(value, what, problems):
+    if not isinstance(value, list) or not all(isinstance(a, str) and a and "\x00" not in a for a in value):
+        problems.append("%s %r is not a list of arguments" % (what, value))
+
+
+def validate(p):
+    """Refuse a plan with a path, name or command a node must not be handed (the manifest is
+    bound to the signed record, and still every value is checked before it leaves the control
+    host). Raises RemovalError naming each bad value."""
+    problems = []
+    for path in p["files"]:
+        _path(path, "file", problems)
+    for path in p["directories"]:
+        _path(path, "directory", problems)
+    for name in p["users"]:
+        _name(name, USER_NAME, "user", problems)
+    for name in p["groups"]:
+        _name(name, USER_NAME, "group", problems)
+    for name in p["packages"]:
+        _name(name, PACKAGE_NAME, "package", problems)
+    for name in list(p["units"]) + list(p["restore"]["units"]) + list(p["join"].get("units") or []):
+        _name(name, UNIT_NAME, "unit", problems)
+    for table in list(p["nft_tables"]) + list(p["restore"]["nft_tables"]):
+        if table.get("family") not in NFT_FAMILIES:
+            problems.append("nft table family %r is not one of %s" % (table.get("family"), ", ".join(NFT_FAMILIES)))
+        _name(table.get("name"), NFT_NAME, "nft table", problems)
+        if "state_dir" in table:
+            _path(table["state_dir"], "nft state folder", problems)
+    for rule in p["provider_rules"]:
+        if rule.get("provider") not in PROVIDERS:
+            problems.append("provider %r is not one of %s" % (rule.get("provider"), ", ".join(PROVIDERS)))
+        _name(rule.get("firewall"), NFT_NAME, "provider firewall", problems)
+    for key in p["keys"]:
+        _path(key.get("path"), "authorized_keys file", problems)
+        if not isinstance(key.get("public_key"), str) or not KEY_TEXT.match(key["public_key"]):
+            problems.append("public key %r is not an OpenSSH public key" % (key.get("public_key"),))
+    for field in ("reset_command", "uninstall_command"):
+        if p["join"].get(field):
+            _argv(p["join"][field], field, problems)
+    cert = (p["join"].get("client_certificate") or {}).get("path")
+    if cert is not None:
+        _path(cert, "client certificate", problems)
+    if problems:
+        raise RemovalError("the removal plan of %s is refused: %s; nothing was changed" % (p["node"], "; ".join(problems)))
+    return p
 
 
 # -- API ---------------------------------------------------------------------------------

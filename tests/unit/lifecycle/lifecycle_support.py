@@ -4,6 +4,8 @@ Keys are generated per test run (never committed). Also used by the lab integrat
 and the Molecule scenarios (they import this file by path).
 """
 import datetime
+import hashlib
+import json
 import os
 import subprocess
 import sys
@@ -94,7 +96,9 @@ def iso(dt):
 
 def record_text(change_id="CHG-TEST-1", action="driver_upgrade", targets=("owned-a100-2",),
                 requester="ops-oncall", start=None, end=None, reason="rehearsal", playbook=None,
-                member=None):
+                member=None, manifests=None):
+    """A change record's text. ``manifests``: {target: onboarding manifest document or its path}
+    for a remove record; each is named by its digest (bin/hgpu-sign-change manifest-digest)."""
     now = datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0)
     start = start or now - datetime.timedelta(minutes=5)
     end = end or now + datetime.timedelta(hours=2)
@@ -102,10 +106,22 @@ def record_text(change_id="CHG-TEST-1", action="driver_upgrade", targets=("owned
            "playbook": playbook or PLAYBOOKS.get(action, "%s.yml" % action), "targets": list(targets)}
     if member is not None:
         doc["member"] = member
+    if manifests:
+        doc["manifests"] = dict((node, manifest_digest(m)) for node, m in manifests.items())
     doc.update({"window": {"start": start if isinstance(start, str) else iso(start),
                            "end": end if isinstance(end, str) else iso(end)},
                 "requester": requester, "reason": reason})
     return yaml.safe_dump(doc, sort_keys=False)
+
+
+def manifest_digest(doc_or_path):
+    """The SHA-256 a remove record names for an onboarding manifest (a document or a file): of
+    the document in canonical JSON, as `bin/hgpu-sign-change manifest-digest` prints it."""
+    if isinstance(doc_or_path, str):
+        with open(doc_or_path) as fh:
+            doc_or_path = json.load(fh)
+    text = json.dumps(doc_or_path, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return hashlib.sha256(text.encode("ascii")).hexdigest()
 
 
 def write_record(directory, name, text, signer_key=None):

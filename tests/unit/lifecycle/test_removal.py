@@ -71,20 +71,32 @@ def test_plan_of_a_kubeadm_join_lists_token_csrs_and_the_reset():
     assert p["packages"] == ["kubeadm"] and p["units"] == ["kubelet.service"]
 
 
-def test_authorise_takes_only_the_csrs_and_tokens_the_manifest_recorded(tmp_path):
-    import datetime
-    now = datetime.datetime.now(datetime.timezone.utc)
-    end = (now + datetime.timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
-    state = tmp_path / "CHG-1.json"
-    state.write_text(json.dumps({"node": "n1", "change_id": "CHG-1", "finished_at": None, "manifest": kubeadm_doc(),
-                                 "approval": {"approved": True, "action": "remove", "change_id": "CHG-1",
-                                              "targets": ["n1"], "window": {"end": end}}}))
-    assert removal.authorise(str(state), "n1", ("", "node-csr-1"), kind="csrs")
-    assert removal.authorise(str(state), "n1", ("kube-system", "bootstrap-token-abcdef"), kind="bootstrap_tokens")
-    with pytest.raises(removal.RemovalError, match="CSR /node-csr-2 is not one the onboarding manifest recorded"):
-        removal.authorise(str(state), "n1", ("", "node-csr-2"), kind="csrs")
-    with pytest.raises(removal.RemovalError, match="bootstrap token Secret kube-system/bootstrap-token-zzzzzz"):
-        removal.authorise(str(state), "n1", ("kube-system", "bootstrap-token-zzzzzz"), kind="bootstrap_tokens")
+def test_validate_refuses_paths_and_names_a_node_must_not_be_handed():
+    p = removal.plan(kubeadm_doc())
+    assert removal.validate(p) is p
+    for field, value, says in (("files", "/etc/../etc/shadow", "is not an absolute, normalised path"),
+                               ("files", "etc/passwd", "is not an absolute, normalised path"),
+                               ("directories", "/", "is not an absolute, normalised path"),
+                               ("users", "root;id", "is not a valid name"),
+                               ("packages", "-oAPT::Foo", "is not a valid name"),
+                               ("units", "kubelet", "is not a valid name")):
+        bad = removal.plan(kubeadm_doc())
+        bad[field] = list(bad[field]) + [value]
+        with pytest.raises(removal.RemovalError, match="removal plan of n1 is refused: .*%r %s" % (value, says)):
+            removal.validate(bad)
+
+
+def test_the_manifest_digest_is_of_the_document_and_any_edit_changes_it():
+    d = kubeadm_doc()
+    assert removal.manifest_digest(d) == removal.manifest_digest(json.loads(json.dumps(d, indent=1)))
+    edited = manifest.merge(kubeadm_doc(), "n1", "join", [{"kind": "file", "path": "/etc/passwd"}])
+    assert removal.manifest_digest(edited) != removal.manifest_digest(d)
+    approval = {"change_id": "CHG-1", "manifests": {"n1": removal.manifest_digest(d)}}
+    removal.check_manifest(approval, "n1", d, "m.json")
+    with pytest.raises(removal.RemovalError, match="is not the one change CHG-1 approved for n1"):
+        removal.check_manifest(approval, "n1", edited, "m.json")
+    with pytest.raises(removal.RemovalError, match="names no manifest digest for n2"):
+        removal.check_manifest(approval, "n2", d, "m.json")
 
 
 def test_plan_refuses_a_manifest_without_standalone_state():

@@ -35,15 +35,20 @@ def command_manifest(tmp_path):
                "uninstall_command": [str(uninstall), "--purge"], "units": ["acme-node.service"]})
 
 
+def manifest_file(tmp_path):
+    path = tmp_path / "localhost.json"
+    if not path.exists():
+        path.write_text(json.dumps(command_manifest(tmp_path)))
+    return path
+
+
 def run(people, tmp_path, record):
     inventory = tmp_path / "inventory.yml"
     inventory.write_text(yaml.safe_dump({"all": {"hosts": {"localhost": {
         "ansible_connection": "local", "ansible_python_interpreter": sys.executable}},
         "vars": {"hgpu_boundary_signers": people["signers"], "hgpu_records_dir": str(tmp_path / "records"),
                  "hgpu_boundary_path": people["boundary"]}}}))
-    path = tmp_path / "localhost.json"
-    if not path.exists():
-        path.write_text(json.dumps(command_manifest(tmp_path)))
+    path = manifest_file(tmp_path)
     root = str(tmp_path / "records" / "removals")
     book = tmp_path / "book.yml"
     book.write_text(yaml.safe_dump([{"name": "p", "hosts": "localhost", "gather_facts": False, "tasks": [
@@ -56,6 +61,7 @@ def run(people, tmp_path, record):
                   "node_removal_change": "{{ started.approval }}", "node_removal_plan": "{{ started.plan }}",
                   "node_removal_done": "{{ started.report.done }}", "node_removal_state_file": "{{ started.report.path }}",
                   "node_removal_token_file": "{{ started.token_file }}",
+                  "node_removal_record_path": record, "node_removal_executor": "ops-lead",
                   "node_removal_audit_log": str(tmp_path / "records" / "audit" / "audit.jsonl")}}]}]))
     env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(ls.REPO, "ansible.cfg"), ANSIBLE_NOCOLOR="1")
     return subprocess.run([os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i", str(inventory),
@@ -64,7 +70,8 @@ def run(people, tmp_path, record):
 
 def test_the_recorded_uninstall_runs_once_and_the_record_names_the_method(people, tmp_path):
     record = ls.write_record(str(tmp_path), "chg.yml", ls.record_text(
-        change_id="CHG-RMC-1", action="remove", targets=("localhost",), requester="ops-lead"), people["keys"]["sec-owner"])
+        change_id="CHG-RMC-1", action="remove", targets=("localhost",), requester="ops-lead",
+        manifests={"localhost": str(manifest_file(tmp_path))}), people["keys"]["sec-owner"])
     first = run(people, tmp_path, record)
     assert first.returncode == 0, first.stdout[-4000:]
     assert (tmp_path / "uninstalled").read_text() == "--purge\n" and not (tmp_path / "acme.conf").exists()

@@ -28,9 +28,7 @@ def start(people, tmp_path, record, **extra):
         "ansible_connection": "local", "ansible_python_interpreter": sys.executable}},
         "vars": {"hgpu_boundary_signers": people["signers"], "hgpu_records_dir": str(tmp_path / "records"),
                  "hgpu_boundary_path": people["boundary"]}}}))
-    path = tmp_path / "localhost.json"
-    if not path.exists():
-        path.write_text(json.dumps(manifest.merge(None, "localhost", pre_onboarding=PRE)))
+    path = manifest_file(tmp_path)
     args = dict({"root": str(tmp_path / "records" / "removals"), "node": "localhost", "action": "start",
                  "manifest_path": str(path), "record_path": record,
                  "executor": "ops-lead", "targets": ["localhost"]}, **extra)
@@ -48,8 +46,16 @@ def start(people, tmp_path, record, **extra):
     return tasks[0]["hosts"]["localhost"]
 
 
+def manifest_file(tmp_path):
+    path = tmp_path / "localhost.json"
+    if not path.exists():
+        path.write_text(json.dumps(manifest.merge(None, "localhost", pre_onboarding=PRE)))
+    return path
+
+
 def record(people, tmp_path, signer="sec-owner", **kw):
-    args = dict(change_id="CHG-RMG-1", action="remove", targets=("localhost",), requester="ops-lead")
+    args = dict(change_id="CHG-RMG-1", action="remove", targets=("localhost",), requester="ops-lead",
+                manifests={"localhost": str(manifest_file(tmp_path))})
     args.update(kw)
     return ls.write_record(str(tmp_path), "chg.yml", ls.record_text(**args), people["keys"][signer] if signer else None)
 
