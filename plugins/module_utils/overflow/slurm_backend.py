@@ -12,7 +12,7 @@ appends `ovf-hold=<epoch>` so our holds are told apart from holds someone else p
 - release: `scontrol release`, marker removed.
 - withdraw: marker `ovf-withdrawn=<epoch>`, then `scancel` (the job finished in the cloud).
 - read_jobs: one SSH round trip for a batch of jobs runs `scontrol show job --json` (where
-  Slurm has it, else `scontrol show job -o`) and `scontrol write batch_script <id> -` for each;
+  Slurm has it, else squeue -o with random marks, as below) and `scontrol write batch_script <id> -` for each;
   parsed by module_utils/parsers/slurm_job.py into the job's TRES, working directory and batch
   script (what carry.slurm_pod_spec runs).
 - queue wait: one SSH round trip per poll runs `squeue --json` (every job Slurm knows) and
@@ -43,6 +43,9 @@ from .trigger import QueueJob, QueueSnapshot
 # %A is the numeric job ID (one per array task).
 PLAIN_FIELDS = (("slurm_id", "%A"), ("state", "%T"), ("reason", "%r"), ("submit", "%V"), ("start", "%S"),
                 ("cpus", "%C"), ("partition", "%P"), ("qos", "%q"), ("account", "%a"), ("comment", "%k"))
+# What read_jobs asks squeue for where scontrol has no --json: the scontrol names job_request reads.
+REQUEST_FIELDS = (("JobId", "%A"), ("JobState", "%T"), ("Partition", "%P"), ("NumCPUs", "%C"), ("TimeLimit", "%l"),
+                  ("MinMemoryNode", "%m"), ("TresPerNode", "%b"), ("WorkDir", "%Z"), ("Command", "%o"))
 SITE_NAME = re.compile(r"^[A-Za-z0-9_.+-]*$")     # partition, QOS and account names (admin-made)
 FAR = 200 * 86400     # a start "estimate" further away than this is Slurm's placeholder, not a forecast
 
@@ -143,14 +146,16 @@ class SlurmLocalQueue(backends.LocalQueue):
         if not ids:
             return {}
         mark = "--- ovf-%s" % secrets.token_hex(8)
+        rec, sep = "ovf-%s" % secrets.token_hex(8), "|ovf-%s|" % secrets.token_hex(8)
+        fmt = rec + sep.join(code for dummy, code in REQUEST_FIELDS)
         parts = []
         for sid in ids:
-            parts.append("echo %s; { %s 2>/dev/null || %s 2>/dev/null; }; echo %s; %s 2>/dev/null" % (
+            parts.append("echo %s; { %s 2>/dev/null || { echo %s; %s 2>/dev/null; }; }; echo %s; %s 2>/dev/null" % (
                 shlex.quote("%s job %s" % (mark, sid)), command("scontrol", "show", "job", "--json", sid),
-                command("scontrol", "show", "job", "-o", sid),
+                shlex.quote(rec + "-plain"), command("squeue", "-h", "-a", "-t", "all", "-j", sid, "-o", fmt),
                 shlex.quote("%s script %s" % (mark, sid)), command("scontrol", "write", "batch_script", sid, "-")))
         dummy, out, dummy = self.run("; ".join(parts) + "; true")
-        return parse_read(out, mark)
+        return parse_read(out, mark, rec, sep)
 
     @staticmethod
     def _state_of(row):
@@ -326,16 +331,34 @@ def parse_queue(text, mark, sep):
     return rows, refused
 
 
-def parse_read(text, mark):
+def _plain_request(body, rec, sep):
+    """read_jobs' squeue -o fallback -> {jobs, errors} shaped like slurm.parse_scontrol_jobs."""
+    got = slurm.split_marked(body.split(rec + "-plain", 1)[1], rec, sep, [name for name, dummy in REQUEST_FIELDS])
+    jobs = []
+    for raw in got["rows"]:
+        fields = dict((k, v.strip() if k not in ("WorkDir", "Command") else v) for k, v in raw.items())
+        jobs.append({"job_id": fields["JobId"], "name": None, "state": fields["JobState"],
+                     "partition": slurm._null(fields["Partition"]), "num_cpus": slurm._int(fields["NumCPUs"]),
+                     "fields": fields})
+    return {"jobs": jobs, "errors": [r["reason"] for r in got["refused"]]}
+
+
+def parse_read(text, mark, rec=None, sep=None):
     """Split read_jobs output at its marks (a script need not end with a newline) and parse each
-    job's record and script."""
+    job's record (scontrol --json, else the squeue -o fallback with the marks `rec` and `sep`) and
+    script. A record in any other form is not read: its job is left out."""
     parts = re.split(re.escape(mark) + r" (job|script) ([0-9_]+)\n", text or "")
     chunks = dict(((parts[i], parts[i + 1]), parts[i + 2]) for i in range(1, len(parts) - 2, 3))
     out = {}
     for (kind, sid), body in chunks.items():
         if kind != "job":
             continue
-        parsed = slurm_job.parse_scontrol_json(body) if body.lstrip().startswith("{") else slurm.parse_scontrol_jobs(body)
+        if body.lstrip().startswith("{"):
+            parsed = slurm_job.parse_scontrol_json(body)
+        elif rec and (rec + "-plain") in body:
+            parsed = _plain_request(body, rec, sep)
+        else:
+            continue
         mine = [j for j in parsed["jobs"] if j["job_id"] == sid]
         if not mine:
             continue

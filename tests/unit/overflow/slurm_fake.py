@@ -49,7 +49,9 @@ class FakeSlurm(object):
     included. Every other command (sprio, scontrol) prints nothing. Use as Recorder(FakeSlurm(jobs))."""
 
     CODES = {"A": "job_id", "i": "job_id", "T": "job_state", "r": "state_reason", "V": "submit", "S": "start",
-             "C": "cpus", "P": "partition", "q": "qos", "a": "account", "k": "comment", "j": "name"}
+             "C": "cpus", "P": "partition", "q": "qos", "a": "account", "k": "comment", "j": "name",
+             "l": "time_limit_text", "m": "memory_text", "b": "tres_per_node", "Z": "current_working_directory",
+             "o": "command"}
     LONG = {"JOBID": "job_id", "NAME": "name", "STATE": "job_state", "REASON": "state_reason",
             "SUBMITTIME": "submit", "STARTTIME": "start", "COMMENT": "comment", "NUMCPUS": "cpus",
             "PARTITION": "partition", "QOS": "qos", "ACCOUNT": "account"}
@@ -61,6 +63,10 @@ class FakeSlurm(object):
         self.squeue_calls = []
 
     def _text(self, job, key):
+        if key == "time_limit_text":
+            return "%d:00" % job["time_limit"] if job.get("time_limit") else "UNLIMITED"
+        if key == "memory_text":
+            return "%dM" % job["memory_per_node"] if job.get("memory_per_node") else "0"
         if key == "submit":
             return "2026-01-01T00:00:00"
         if key == "start":
@@ -76,7 +82,9 @@ class FakeSlurm(object):
             return json.dumps({"meta": {}, "errors": [], "jobs": self.jobs}, indent=2) + "\n", 0
         if "-o" in args:
             fmt = args[args.index("-o") + 1]
-            lines = [re.sub(r"%([A-Za-z])", lambda m: self._text(j, self.CODES[m.group(1)]), fmt) for j in self.jobs]
+            only = args[args.index("-j") + 1] if "-j" in args else None
+            lines = [re.sub(r"%([A-Za-z])", lambda m: self._text(j, self.CODES[m.group(1)]), fmt) for j in self.jobs
+                     if only is None or str(j["job_id"]) == only]
             return "".join(line + "\n" for line in lines), 0
         if "-O" in args:
             fields = [f.partition(":") for f in args[args.index("-O") + 1].split(",")]
@@ -85,6 +93,28 @@ class FakeSlurm(object):
                     for j in self.jobs]
             return "\n".join([head] + rows) + "\n", 0
         return "", 0
+
+    def _job(self, sid):
+        return next((j for j in self.jobs if str(j["job_id"]) == sid), None)
+
+    def _scontrol_show(self, args):
+        """`scontrol show job --json ID` (22.05 shape) or `-o ID`: one line, keys in Slurm's order,
+        TresPerNode only when the job has one, values as they are."""
+        job = self._job(args[-1])
+        if job is None:
+            return "", 1
+        if "--json" in args:
+            if not self.json_ok:
+                return None, 1
+            return json.dumps({"meta": {}, "errors": [], "jobs": [job]}) + "\n", 0
+        words = ["JobId=%s" % job["job_id"], "JobName=%s" % job.get("name"), "UserId=ana(1001)",
+                 "JobState=%s" % job.get("job_state"), "Partition=%s" % job.get("partition"),
+                 "TimeLimit=%s" % self._text(job, "time_limit_text"), "NumCPUs=%s" % job.get("cpus"),
+                 "ReqTRES=%s" % (job.get("tres_req_str") or "cpu=1,node=1")]
+        if job.get("tres_per_node"):
+            words.append("TresPerNode=%s" % job["tres_per_node"])
+        words += ["Command=%s" % job.get("command"), "WorkDir=%s" % job.get("current_working_directory")]
+        return " ".join(words) + "\n", 0
 
     def __call__(self, cmd):
         """stdout of the shell script cmd[-1]: commands joined by ;, || and { }, echo with $?."""
@@ -129,5 +159,12 @@ class FakeSlurm(object):
         elif words[0] == "squeue":
             text, self._rc = self._squeue(words[1:])
             self._out.append(text or "")
+        elif words[:3] == ["scontrol", "show", "job"]:
+            text, self._rc = self._scontrol_show(words[3:])
+            self._out.append(text or "")
+        elif words[:3] == ["scontrol", "write", "batch_script"]:
+            job = self._job(words[3])
+            self._out.append(job.get("script", "") if job else "")
+            self._rc = 0 if job else 1
         else:
             self._rc = 0

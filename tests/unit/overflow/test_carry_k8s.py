@@ -100,8 +100,10 @@ def test_a_job_needing_a_host_path_is_refused_before_any_hold(world, tmp_path):
     assert not onprem.get_job("carry-b", "train-8")["spec"].get("suspend")
 
 
-SHOW = ("JobId=%s JobName=user-name UserId=ana(1001) JobState=PENDING Reason=Priority TimeLimit=00:30:00 "
-        "Partition=cloud-small NumCPUs=2 ReqTRES=cpu=2,mem=1G,node=1 WorkDir=/home/ana/w%s Command=(null)")
+# scontrol show job --json of Slurm 22.05 (the fields job_request reads)
+SHOW = ('{"jobs": [{"job_id": %s, "name": "user-name", "user_name": "ana", "job_state": "PENDING", "time_limit": 30, '
+        '"partition": "cloud-small", "cpus": 2, "tres_req_str": "cpu=2,mem=1G,node=1", '
+        '"current_working_directory": "/home/ana/w%s", "command": null}]}')
 
 
 def test_slurm_jobs_are_read_in_one_round_trip(monkeypatch):

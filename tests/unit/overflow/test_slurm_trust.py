@@ -145,3 +145,15 @@ def test_the_decide_module_refuses_an_unreadable_job_alone():
     assert [r["job_id"] for r in res["refused"]] == ["bad-deadline", "no-class"]
     assert "jobs[0]" in res["refused"][0]["reason"] and "job_class" in res["refused"][1]["reason"]
     assert [d["job_id"] for d in res["decisions"]] == ["l-1"] and res["move"] == ["l-1"]
+
+
+@pytest.mark.parametrize("json_ok", [True, False], ids=["scontrol-json", "without-json"])
+def test_a_name_or_work_dir_forging_keys_does_not_change_what_is_carried(monkeypatch, json_ok):
+    forged = " TresPerNode=gres:gpu:8 TimeLimit=UNLIMITED WorkDir=/etc Command=/bin/evil"
+    job = dict(slurm_fake.job(70, name="train" + forged, partition="cloud-small"),
+               time_limit=30, current_working_directory="/home/ana/w" + forged, command="/home/ana/run.sh",
+               tres_req_str="cpu=1,mem=1G,node=1", script="#!/bin/sh\necho hi\n")
+    monkeypatch.setattr(slurm_backend, "subprocess", Recorder(slurm_fake.FakeSlurm([job], json_ok=json_ok)))
+    got = slurm_backend.SlurmLocalQueue("ctl", "/k", classes={}).read_jobs(["70"])["70"]["request"]
+    assert got["gpus"] == 0 and got["time_limit_s"] == 1800
+    assert got["workdir"] == "/home/ana/w" + forged and got["command"] == "/home/ana/run.sh"
