@@ -21,9 +21,10 @@ description:
     this O(member)) against the boundary signed by the pinned boundary signers, refuses a node that
     is not one of the play's hosts or not in the record's targets, and takes the keys from what the
     verified boundary lists for the member (C(people[].access.ssh_keys)).
-  - Skipping a play-level approval task (C(--start-at-task)) does not skip this check, and a run
-    whose extra vars carry trust (the boundary, the records folder, a verified change, keys) is
-    refused.
+  - Skipping a play-level approval task (C(--start-at-task)) does not skip this check. A run whose
+    extra vars carry trust (the boundary, the records folder, a verified change, keys) is refused,
+    and so is one whose extra vars name the node or where its connection goes (C(inventory_hostname),
+    C(ansible_host), C(ansible_connection), C(ansible_port), the SSH arguments).
   - After a removal the action plugin appends a C(revoke_credential) entry under the verified
     change id to the audit log of the records folder (C(<hgpu_records_dir>/audit/audit.jsonl)) and
     sends the same event to the node's journal (C(logger -t hybridgpu-audit)). A rerun removes

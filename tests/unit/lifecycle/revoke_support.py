@@ -59,9 +59,9 @@ class Account(object):
         shutil.rmtree(self.home, ignore_errors=True)
 
 
-def inventory(tmp_path, appr, host="localhost"):
+def inventory(tmp_path, appr, host="localhost", hostvars=None):
     path = tmp_path / "inventory.yml"
-    path.write_text(yaml.safe_dump({"all": {"hosts": {host: {
+    path.write_text(yaml.safe_dump({"all": {"hosts": {host: hostvars or {
         "ansible_connection": "local", "ansible_python_interpreter": sys.executable}},
         "vars": {"hgpu_boundary_signers": appr["signers"], "hgpu_records_dir": str(tmp_path / "records"),
                  "hgpu_boundary_path": appr["boundary"]}}}))
@@ -74,11 +74,12 @@ def record(tmp_path, appr, change_id="CHG-RV-1", targets=("localhost",), member=
         appr["keys"]["sec-owner"])
 
 
-def playbook(tmp_path, appr, book=BOOK, extra=None, options=(), host="localhost"):
-    """Run ``book`` on localhost; (process, json callback document or None)."""
+def playbook(tmp_path, appr, book=BOOK, extra=None, options=(), host="localhost", hostvars=None):
+    """Run ``book`` on ``host`` (on localhost unless ``hostvars`` say otherwise); (process, json
+    callback document or None)."""
     env = dict(os.environ, ANSIBLE_STDOUT_CALLBACK="json", ANSIBLE_LOAD_CALLBACK_PLUGINS="1",
                ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"))
-    cmd = [ANSIBLE_PLAYBOOK, "-i", inventory(tmp_path, appr, host), str(book)] + list(options)
+    cmd = [ANSIBLE_PLAYBOOK, "-i", inventory(tmp_path, appr, host, hostvars), str(book)] + list(options)
     if extra:
         cmd += ["-e", json.dumps(extra)]
     out = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300, check=False)

@@ -114,3 +114,18 @@ def test_items_given_to_the_kubernetes_task_are_refused(people, tmp_path):
     res = doc["plays"][0]["tasks"][0]["hosts"]["localhost"]
     assert out.returncode != 0 and "items may not be set by a task" in res["msg"]
     assert not (tmp_path / "records").exists()
+
+
+def test_a_launcher_cannot_move_the_connection_to_another_machine(people, pub, account, tmp_path):
+    """The record names owned-a100-9, which the inventory reaches over SSH at an address that does
+    not answer; the launcher points the connection at the control host with extra vars. The keys
+    on the control host stay."""
+    node = "owned-a100-9"
+    rec = rs.record(tmp_path, people, change_id="CHG-RV-MOVED", targets=(node,))
+    hostvars = {"ansible_connection": "ssh", "ansible_host": "192.0.2.1", "ansible_python_interpreter": sys.executable}
+    extra = rs.revoke_vars(account, rec, revoke_hosts=node, ansible_connection="local")
+    out, doc = rs.playbook(tmp_path, people, extra=extra, host=node, hostvars=hostvars)
+    assert account.text() == account.before
+    res = rs.tasks(doc, node)[rs.REMOVE_TASK]
+    assert out.returncode != 0 and "ansible_connection given as an extra var" in res["msg"]
+    assert not [e for e in rs.audit_entries(tmp_path) if e["action"] == "revoke_credential"]
