@@ -11,7 +11,7 @@ appends `ovf-hold=<epoch>` so our holds are told apart from holds someone else p
 - hold: `scontrol hold` (refused by Slurm once the job runs: ALREADY_STARTED), then the marker.
 - release: `scontrol release`, marker removed.
 - withdraw: marker `ovf-withdrawn=<epoch>`, then `scancel` (the job finished in the cloud).
-- read_jobs: one SSH round trip for a batch of jobs runs `scontrol show job --json` (where
+- read_jobs: one SSH round trip for a batch of jobs runs `scontrol --json show job` (where
   Slurm has it, else squeue -o with random marks, as below) and `scontrol write batch_script <id> -` for each;
   parsed by module_utils/parsers/slurm_job.py into the job's TRES, working directory and batch
   script (what carry.slurm_pod_spec runs).
@@ -151,7 +151,7 @@ class SlurmLocalQueue(backends.LocalQueue):
         parts = []
         for sid in ids:
             parts.append("echo %s; { %s 2>/dev/null || { echo %s; %s 2>/dev/null; }; }; echo %s; %s 2>/dev/null" % (
-                shlex.quote("%s job %s" % (mark, sid)), command("scontrol", "show", "job", "--json", sid),
+                shlex.quote("%s job %s" % (mark, sid)), command("scontrol", "--json", "show", "job", sid),
                 shlex.quote(rec + "-plain"), command("squeue", "-h", "-a", "-t", "all", "-j", sid, "-o", fmt),
                 shlex.quote("%s script %s" % (mark, sid)), command("scontrol", "write", "batch_script", sid, "-")))
         dummy, out, dummy = self.run("; ".join(parts) + "; true")

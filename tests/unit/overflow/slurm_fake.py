@@ -159,8 +159,8 @@ class FakeSlurm(object):
         elif words[0] == "squeue":
             text, self._rc = self._squeue(words[1:])
             self._out.append(text or "")
-        elif words[:3] == ["scontrol", "show", "job"]:
-            text, self._rc = self._scontrol_show(words[3:])
+        elif words[0] == "scontrol" and [w for w in words if w != "--json"][1:3] == ["show", "job"]:
+            text, self._rc = self._scontrol_show(words[1:])
             self._out.append(text or "")
         elif words[:3] == ["scontrol", "write", "batch_script"]:
             job = self._job(words[3])
