@@ -70,7 +70,8 @@ class ActionModule(K8sAction):
         if not result.get("changed") or result.get("failed") or check_mode:
             return result
         details = {"kind": "kubernetes", "member": member, "context": context, "step": steps["kubernetes"][0],
-                   "revoked": list(result.get("revoked") or [])}
+                   "revoked": list(result.get("revoked") or []),
+                   "manual_steps": {"bmc": steps.get("bmc") or [], "service_token": steps.get("service_token") or []}}
         try:
             res = member_access.audit_revocation(args["ledger_dir"], verified, "%s@%s" % (member, context), details,
                                                  checkpoint_key(self, task_vars))

@@ -99,6 +99,8 @@ def test_the_objects_revoked_are_the_boundary_s_for_the_member(api, objects, peo
     entries = [e for e in rs.audit_entries(tmp_path) if e["action"] == "revoke_credential"]
     assert [(e["change_id"], e["target"], e["details"]["kind"]) for e in entries] == [
         ("CHG-RV-1", "test-member@onprem", "kubernetes")]
+    assert sorted(entries[0]["details"]["revoked"]) == ["ClusterRoleBinding %s" % MEMBER_CRB, "ServiceAccount %s/%s" % (NS, MEMBER_SA)]
+    assert entries[0]["details"]["manual_steps"]["bmc"]
     # the same run again changes nothing and writes nothing
     out, doc = rs.playbook(tmp_path, people, extra=revoke_vars(api, rec))
     assert out.returncode == 0, out.stdout[-3000:]
