@@ -109,10 +109,14 @@ options:
     type: bool
     default: true
   checkpoint_key:
-    description: An operator's SSH private key (or the public key of a key held in
-      C(ssh-agent)) that signs a checkpoint of the head into the anchors file, under the
-      namespace C(hybridgpu.fleet-audit). No checkpoints are signed without it. The key must
-      not need a passphrase typed in (use the agent). A failed signature is a warning.
+    description: The SSH private key (or the public key of a key held in C(ssh-agent)) that
+      signs a checkpoint of the head into the anchors file, under the namespace
+      C(hybridgpu.fleet-audit). No checkpoints are signed without it. The key must not need a
+      passphrase typed in (use the agent). A failed signature is a warning, or with
+      O(checkpoint_head) a failure. With O(state=verified), checkpoints are required and checked
+      against its public half (C(KEY.pub)) unless O(allowed_signers) is given. The action
+      plugin sets it from the pinned setting (C(hgpu_audit_checkpoint_key)); a task that names
+      another key is refused.
     type: path
   checkpoint_every:
     description: Sign a checkpoint when the head is this many entries past the last one (with
@@ -301,7 +305,7 @@ def main():
             approver=dict(type="str"),
             executor=dict(type="str"),
             target=dict(type="str"),
-            action=dict(type="str", choices=list(audit.ACTIONS)),
+            action=dict(type="str", choices=[a for a in audit.ACTIONS if a not in audit.LEDGER_ACTIONS]),
             result=dict(type="str", choices=list(audit.RESULTS)),
             details=dict(type="dict", default={}),
             once=dict(type="bool", default=False),

@@ -46,6 +46,8 @@ ACTIONS = ("label", "unlabel", "cordon", "uncordon", "drain", "driver_upgrade", 
            "firewall", "restore_standalone", "validate", "approval", "audit_repair",
            "hold_override", "approve_csr", "close_api_path", "change_claim", "change_done")
 RESULTS = ("started", "ok", "changed", "failed", "refused", "skipped")
+# Written only by approval.claim and approval.mark_done (the uses of change ids), never by a task.
+LEDGER_ACTIONS = ("change_claim", "change_done")
 
 
 class AuditError(Exception):
