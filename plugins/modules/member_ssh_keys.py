@@ -69,7 +69,7 @@ attributes:
 notes:
   - Only the file C(~/.ssh/authorized_keys) is cleaned; keys listed in another file named by
     C(AuthorizedKeysFile) in C(sshd_config) are not.
-  - A file that is a symbolic link is refused (nothing is written through it).
+  - A file or C(.ssh) folder that is a symbolic link is refused (nothing is written through it).
 seealso:
   - module: hybridgpu.fleet.change_approval
   - module: hybridgpu.fleet.k8s_member_access
@@ -224,7 +224,10 @@ def _write(path, data, st):
 def clean(user, home, keys, check_mode):
     """Remove the lines of ``home``/.ssh/authorized_keys that carry one of ``keys``; returns
     (path or None, removed entries, diff or None)."""
-    path = os.path.join(home, ".ssh", "authorized_keys")
+    folder = os.path.join(home, ".ssh")
+    if os.path.islink(folder):
+        raise OSError("%s is a symbolic link; nothing is written through it" % folder)
+    path = os.path.join(folder, "authorized_keys")
     data, st = _read(path)
     if data is None:
         return None, [], None
