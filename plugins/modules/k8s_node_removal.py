@@ -51,8 +51,9 @@ options:
     default: kube-system
   token_file:
     description:
-      - Where the revoked token is read from (V(token_refused)). V(secret_revoked) keeps it beside
-        the removal state (C(<change_id>.revoked-token)) and ignores this option.
+      - Where the revoked token is kept (V(secret_revoked)) and read from (V(token_refused)). With
+        V(secret_revoked) it must be the file beside the removal state, C(<change_id>.revoked-token)
+        (M(hybridgpu.fleet.node_removal_state) returns it as C(token_file)); any other path is refused.
     type: path
   server:
     description: API server URL the node used (V(token_refused)).
@@ -135,6 +136,8 @@ detail:
   type: str
 """
 
+import os
+
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import approval
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.lifecycle import removal as rm
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.common.k8s import K8sError
@@ -167,7 +170,8 @@ ARGUMENT_SPEC = dict(
     targets=dict(type="list", elements="str"),
     task_host=dict(type="str"),
 )
-SPEC_OPTIONS = dict(required_if=[("state", "token_refused", ("token_file", "server"))],
+SPEC_OPTIONS = dict(required_if=[("state", "secret_revoked", ("token_file",)),
+                                 ("state", "token_refused", ("token_file", "server"))],
                     mutually_exclusive=[("record_path", "record_text")])
 
 
@@ -186,7 +190,10 @@ def _approved(p, check):
     elif p["state"] == "node_deleted" and p["name"] not in [n["name"] for n in plan["nodes"]]:
         raise rm.RemovalError("refused: Node %s is not one the onboarding manifest of %s recorded; nothing was "
                               "changed" % (p["name"], node))
-    elif p["state"] == "placement_removed" and p["name"] != node:
+    if p["state"] == "secret_revoked" and os.path.abspath(p["token_file"]) != state.token_file:
+        raise rm.RemovalError("refused: token_file %s is not %s, beside the removal state; nothing was changed"
+                              % (p["token_file"], state.token_file))
+    if p["state"] == "placement_removed" and p["name"] != node:
         raise rm.RemovalError("refused: placement of Node %s under the removal of %s; nothing was changed"
                               % (p["name"], node))
     return verified, plan, state
@@ -216,7 +223,7 @@ def run(module):
             changed = rm.delete_node(kube, p["name"], check)
             detail = "Node deleted" if changed else "Node already absent"
         elif p["state"] == "secret_revoked":
-            changed = rm.revoke_secret(kube, p["namespace"], p["name"], state.token_file if state else None, check)
+            changed = rm.revoke_secret(kube, p["namespace"], p["name"], p["token_file"], check)
             detail = "Secret deleted" if changed else "Secret already absent"
         elif p["state"] == "csr_deleted":
             changed = rm.delete_csr(kube, p["name"], check)

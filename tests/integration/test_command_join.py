@@ -110,8 +110,9 @@ def test_removal_reverses_the_command_join(joined):
     rec = tmp / "records"
     (rec / "manifests").mkdir(parents=True)
     mf.write(str(rec / "manifests" / (NODE + ".json")), load_manifest())
+    # the approver signs the digest of the manifest the removal undoes
     record = signed_record(appr, tmp, "chg.yml", change_id="CHG-RM-CMD", action="remove", targets=[NODE],
-                           requester="ops-lead")
+                           requester="ops-lead", manifests={NODE: str(rec / "manifests" / (NODE + ".json"))})
     first = remove(tmp, appr, str(rec), record)
     assert first.returncode == 0, first.out[-6000:]
 

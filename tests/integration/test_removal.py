@@ -129,6 +129,10 @@ def remove(setup, record, *args, **extra):
                     site={"hgpu_boundary_path": setup["appr"]["boundary"], "hgpu_records_dir": setup["rec"]})
 
 
+def manifest_path(setup):
+    return os.path.join(setup["rec"], "manifests", NODE + ".json")
+
+
 def events_of(setup):
     with open(os.path.join(setup["rec"], "audit", "audit.jsonl")) as fh:
         return [json.loads(x) for x in fh]
@@ -143,14 +147,15 @@ def state_file(setup, change):
 def test_refused_record_changes_nothing(setup, case):
     import datetime
     now = datetime.datetime.now(datetime.timezone.utc)
-    kw = dict(change_id="CHG-RM-BAD-" + case, action="remove", targets=[NODE], requester="ops-lead")
+    kw = dict(change_id="CHG-RM-BAD-" + case, action="remove", targets=[NODE], requester="ops-lead",
+              manifests={NODE: manifest_path(setup)})
     signer = "sec-owner"
     if case == "unsigned":
         signer = None
     elif case == "expired":
         kw.update(start=now - datetime.timedelta(hours=3), end=now - datetime.timedelta(hours=1))
     else:
-        kw.update(targets=["owned-a100-1"])
+        kw.update(targets=["owned-a100-1"], manifests=None)
     record = signed_record(setup["appr"], setup["tmp"], "bad-%s.yml" % case, signer=signer, **kw)
     before = node_state(NODE)
     res = remove(setup, record)
@@ -164,8 +169,10 @@ def test_refused_record_changes_nothing(setup, case):
 
 
 def test_interrupted_removal_reports_and_finishes(setup):
+    # the approver signs the digest of the manifest the removal undoes
     record = signed_record(setup["appr"], setup["tmp"], "chg.yml", change_id="CHG-RM-LAB",
-                           action="remove", targets=[NODE], requester="ops-lead")
+                           action="remove", targets=[NODE], requester="ops-lead",
+                           manifests={NODE: manifest_path(setup)})
     # one run with the API unreachable (a kubeconfig pointing at a closed loopback port)
     bad = yaml.safe_load(open(os.path.join(ROOT, ".lab", "k8s", "kubeconfig")))
     for c in bad["clusters"]:

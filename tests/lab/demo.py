@@ -143,9 +143,9 @@ def playbook(step, name, *extra, site=()):
     return rc == 0, took, log
 
 
-def signed_record(name, action, target, requester, signer):
+def signed_record(name, action, target, requester, signer, manifests=None):
     now = datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0)
-    text = approvals.record_text(
+    text = approvals.record_text(manifests=manifests,
         change_id="CHG-DEMO-%s-%s" % (action.upper().replace("_", "-"), now.strftime("%Y%m%d%H%M%S")),
         action=action, targets=(target,), requester=requester,
         start=now - datetime.timedelta(minutes=5), end=now + datetime.timedelta(hours=2),
@@ -235,7 +235,9 @@ def main():
         "change_record_path=%s" % upgrade, "validate_prometheus_url=http://127.0.0.1:9090",
         site=site_inventory(boundary))
 
-    removal = signed_record("remove.yml", "remove", args.spare, "ops-lead", "sec-owner")
+    # the approver signs the digest of the onboarding manifest the removal undoes
+    removal = signed_record("remove.yml", "remove", args.spare, "ops-lead", "sec-owner",
+                            manifests={args.spare: os.path.join(RECORDS, "manifests", args.spare + ".json")})
     results["removal rehearsal"] = playbook(
         "remove", "remove.yml", "remove_targets=%s" % args.spare, "remove_executor=ops-lead",
         "change_record_path=%s" % removal, site=site_inventory(boundary))
