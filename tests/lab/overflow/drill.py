@@ -193,7 +193,7 @@ class Env(object):
         else:
             self.onprem = k8s.Kube({"kubeconfig": config.path("k8s", "kubeconfig"), "context": "onprem"})
             self.local = K8sLocalQueue(self.onprem, namespace="overflow-drill-local", node_selector=POOL,
-                                       tolerations=TOL)
+                                       tolerations=TOL, classes=self.classes)
             self.local.ensure_namespace()
         self.inputs = self._make_inputs()
         self.images = self._make_images()
