@@ -10,6 +10,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import ipaddress
 import json
 import re
 
@@ -21,7 +22,8 @@ from ansible_collections.hybridgpu.fleet.plugins.module_utils.lifecycle import r
 from ansible_collections.hybridgpu.fleet.plugins.plugin_utils.removal_run import run_args
 
 ARGUMENT_SPEC = dict(
-    phase=dict(type="str", required=True, choices=["stop_agent", "credentials", "agents", "firewall", "restore"]),
+    phase=dict(type="str", required=True,
+               choices=["stop_agent", "credentials", "agents", "firewall", "restore", "api_guard"]),
     node=dict(type="str"),
     record_path=dict(type="path"),
     record_text=dict(type="str"),
@@ -29,6 +31,9 @@ ARGUMENT_SPEC = dict(
     executor=dict(type="str"),
     playbook=dict(type="str", default="remove.yml"),
     agent_unit=dict(type="str", default="kubelet.service"),
+    address=dict(type="str"),
+    api_guard_table=dict(type="str", default="hybridgpu_api_guard"),
+    api_guard_boot=dict(type="bool", default=True),
     # set by the plugin (removal_run.run_args)
     boundary=dict(type="path"),
     boundary_signers=dict(type="str"),
@@ -64,7 +69,9 @@ class ActionModule(ActionBase):
         params = checked.validated_parameters
         node = params["node"] or params["task_host"]
         try:
-            verified, plan, dummy, dummy_state = removal.authorise(params, node, check_mode=bool(self._task.check_mode))
+            # the API guard is proven closed on every run, also after the removal finished
+            verified, plan, dummy, dummy_state = removal.authorise(params, node, check_mode=bool(self._task.check_mode),
+                                                                   allow_finished=params["phase"] == "api_guard")
         except (removal.RemovalError, approval.ApprovalError) as exc:
             result.update(failed=True, msg="%s: %s. Nothing was changed." % (node, exc),
                           problems=getattr(exc, "problems", [str(exc)]))
@@ -180,6 +187,19 @@ class ActionModule(ActionBase):
         details = {"nft_tables": [t["name"] for t in plan["nft_tables"]],
                    "provider_rules": [r.get("name") for r in plan["provider_rules"]]}
         return changed, details, dict((k, plan[k]) for k in ("nft_tables", "provider_rules", "directories"))
+
+    def _api_guard(self, plan, params):
+        """Delete the node's address from the API guard on the host this task is delegated to."""
+        try:
+            address = str(ipaddress.IPv4Address(params["address"] or ""))
+        except ValueError:
+            raise StepFailed("address %r is not an IPv4 address (the address the node's traffic to the API comes from)"
+                             % (params["address"],))
+        if not removal.NFT_NAME.match(params["api_guard_table"]):
+            raise StepFailed("api_guard_table %r is not a valid nft table name" % (params["api_guard_table"],))
+        res = self._module("hybridgpu.fleet.api_guard", {"table": params["api_guard_table"], "state": "absent",
+                                                         "members": [address], "boot": params["api_guard_boot"]})
+        return bool(res.get("changed")), {"address": address, "table": params["api_guard_table"]}, {}
 
     def _restore(self, plan, params):
         now = self._module("hybridgpu.fleet.standalone_state", {})

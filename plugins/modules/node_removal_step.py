@@ -37,6 +37,9 @@ description:
     the directories onboarding created (deepest first).
   - V(restore) starts the units the node ran before onboarding and loads the nft tables it had,
     when they are missing.
+  - V(api_guard), delegated to a host in front of the API, deletes the node's O(address) from the
+    API guard there (M(hybridgpu.fleet.api_guard), O(api_guard_table)). It runs on every run of a
+    removal, also after the removal finished (the record is still verified, window included).
 extends_documentation_fragment:
   - hybridgpu.fleet.attributes
 options:
@@ -44,7 +47,7 @@ options:
     description: The node-side phase to run.
     type: str
     required: true
-    choices: [stop_agent, credentials, agents, firewall, restore]
+    choices: [stop_agent, credentials, agents, firewall, restore, api_guard]
   node:
     description: The node being removed; must be the host the task runs for.
     type: str
@@ -68,6 +71,17 @@ options:
     description: The management agent's unit (V(stop_agent)); stopped only when the manifest recorded it.
     type: str
     default: kubelet.service
+  address:
+    description: The IPv4 address the node's traffic to the API comes from (V(api_guard)).
+    type: str
+  api_guard_table:
+    description: The API guard's nft table (V(api_guard)).
+    type: str
+    default: hybridgpu_api_guard
+  api_guard_boot:
+    description: Keep the guard's boot copy in step (V(api_guard)).
+    type: bool
+    default: true
 attributes:
   check_mode:
     support: full

@@ -294,7 +294,7 @@ def check_target(approval, node, host, targets):
         raise RemovalError("refused: %s; nothing was changed" % "; ".join(problems))
 
 
-def authorise(params, node, now=None, check_mode=False):
+def authorise(params, node, now=None, check_mode=False, allow_finished=False):
     """Verify, at the moment of acting, that a removal of ``node`` is approved, and return
     (verified approval, plan, state document, RemovalState).
 
@@ -305,7 +305,8 @@ def authorise(params, node, now=None, check_mode=False):
     remove, playbook, targets, executor, open window, and the ledger claim, where the same run
     again resumes); ``node`` must be the task's host and an approved target; the removal state
     <records>/removals/<node>/<change_id>.json (records: the folder of the pinned ledger) must
-    exist, be for this node and change and unfinished, and its manifest snapshot must be the
+    exist, be for this node and change and unfinished (unless ``allow_finished``: a step that
+    only proves again what the removal did), and its manifest snapshot must be the
     one whose digest the record names. The plan is computed from that snapshot and validated;
     nothing in the state but the snapshot is trusted. Raises RemovalError or ApprovalError."""
     from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import approval as ap
@@ -326,7 +327,7 @@ def authorise(params, node, now=None, check_mode=False):
     if doc.get("node") != node or doc.get("change_id") != verified["change_id"]:
         problems.append("the state is for %s under %s, not %s under %s" % (doc.get("node"), doc.get("change_id"),
                                                                              node, verified["change_id"]))
-    if doc.get("finished_at"):
+    if doc.get("finished_at") and not allow_finished:
         problems.append("the removal %s finished at %s" % (verified["change_id"], doc["finished_at"]))
     if problems:
         raise RemovalError("refused: %s (state %s); nothing was changed" % ("; ".join(problems), state.path))
