@@ -19,7 +19,6 @@ __metaclass__ = type
 
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
-from ansible.utils.vars import load_extra_vars
 
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import approval, audit
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.common.approval_signing import verify_boundary
@@ -31,11 +30,6 @@ ACTION = "revoke_member"
 PLAYBOOK = "revoke_member.yml"
 # Options the verification decides; a task may not set them.
 DECIDED = ("keys", "targets", "playbook")
-# Variables that say which node this is and where the connection goes: as extra vars they would
-# make the task act on a machine the record does not name (they override the inventory).
-WHERE_VARS = ("inventory_hostname", "inventory_hostname_short", "ansible_host", "ansible_ssh_host",
-              "ansible_connection", "ansible_port", "ansible_ssh_port", "ansible_ssh_args",
-              "ansible_ssh_common_args", "ansible_ssh_extra_args", "ansible_ssh_executable")
 
 
 def checkpoint_key(action, task_vars):
@@ -59,14 +53,6 @@ def decided_by_task(action, what):
                                 "signed boundary; nothing was changed" % (", ".join(given), what))
 
 
-def refuse_where_extra_vars(action):
-    """Refuse a run whose extra vars name the node or where its connection goes."""
-    bad = sorted(set(WHERE_VARS) & set(load_extra_vars(action._loader)))  # pylint: disable=protected-access
-    if bad:
-        raise AnsibleActionFail("%s given as an extra var; which node a change acts on and where its connection goes "
-                                "come from the inventory, never from the launcher; nothing was changed" % ", ".join(bad))
-
-
 def mirror_to_journal(action, entry, task_vars):
     """Send the audit event to the node's journal; a warning (not a failure) when it cannot."""
     res = action._execute_module(  # pylint: disable=protected-access
@@ -85,7 +71,6 @@ class ActionModule(ActionBase):
         result = super(ActionModule, self).run(tmp, task_vars)
         host = task_vars.get("inventory_hostname")
         decided_by_task(self, "the keys are what the verified boundary lists for the member, on the play's hosts")
-        refuse_where_extra_vars(self)
         member = self._task.args.get("member")
         if not member:
             raise AnsibleActionFail("member: required (the person id the change record names); nothing was changed")

@@ -37,6 +37,7 @@ __metaclass__ = type
 import os
 import re
 
+from ansible import context
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 from ansible.utils.vars import load_extra_vars
@@ -183,6 +184,26 @@ def module_args(action, task_vars):
     return args
 
 
+# Extra vars that would name another node or move where its connection goes: a change acts on
+# the inventory's host, the one the record names.
+WHERE_VARS = ("inventory_hostname", "inventory_hostname_short", "ansible_host", "ansible_ssh_host",
+              "ansible_connection", "ansible_port", "ansible_ssh_port", "ansible_ssh_args",
+              "ansible_ssh_common_args", "ansible_ssh_extra_args", "ansible_ssh_executable")
+# Command-line options that do the same, with the value each has when not given.
+WHERE_OPTIONS = {"connection": ("ssh", "smart", None), "ssh_common_args": ("", None), "ssh_extra_args": ("", None)}
+
+
+def refuse_moved_connection(action):
+    """Stop a change on a node when the launcher named the node or moved its connection (extra
+    vars, or -c/--ssh-common-args/--ssh-extra-args on the command line)."""
+    bad = sorted(set(WHERE_VARS) & set(load_extra_vars(action._loader)))  # pylint: disable=protected-access
+    bad += ["--%s" % k.replace("_", "-") for k, unset in sorted(WHERE_OPTIONS.items())
+            if context.CLIARGS.get(k) not in unset]
+    if bad:
+        raise AnsibleActionFail("%s given by the launcher; which node a change acts on and where its connection goes "
+                                "come from the inventory; nothing was changed" % ", ".join(bad))
+
+
 # Options of a task that acts under a change record: what the verification reads.
 RECORD_ARGS = ("record_path", "record_text", "signature", "executor", "targets", "playbook")
 
@@ -195,6 +216,7 @@ def verify_for_host(action, task_vars, change_action, playbook):
     in check mode) for ``change_action`` and refuses a host that is not one of the run's targets.
     The targets are the task's ``targets``, else the play's hosts. Returns (verified approval,
     the task's arguments with the pinned ones added); raises approval.ApprovalError."""
+    refuse_moved_connection(action)
     args = module_args(action, task_vars)
     host = task_vars.get("inventory_hostname")
     targets = args.get("targets") or list(task_vars.get("ansible_play_hosts_all") or [])

@@ -127,5 +127,5 @@ def test_a_launcher_cannot_move_the_connection_to_another_machine(people, pub, a
     out, doc = rs.playbook(tmp_path, people, extra=extra, host=node, hostvars=hostvars)
     assert account.text() == account.before
     res = rs.tasks(doc, node)[rs.REMOVE_TASK]
-    assert out.returncode != 0 and "ansible_connection given as an extra var" in res["msg"]
+    assert out.returncode != 0 and "ansible_connection given by the launcher" in res["msg"]
     assert not [e for e in rs.audit_entries(tmp_path) if e["action"] == "revoke_credential"]
