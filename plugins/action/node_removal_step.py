@@ -61,7 +61,7 @@ class ActionModule(ActionBase):
         result = super(ActionModule, self).run(tmp, task_vars)
         del tmp
         self._vars = task_vars
-        args = run_args(self, task_vars)
+        args = run_args(self, task_vars, on_node=True)
         checked = ArgumentSpecValidator(ARGUMENT_SPEC, mutually_exclusive=[("record_path", "record_text")]).validate(args)
         if checked.error_messages:
             result.update(failed=True, msg="node_removal_step: %s" % checked.error_messages[0])

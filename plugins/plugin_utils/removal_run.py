@@ -19,12 +19,16 @@ RUN_ARGS = ("targets", "task_host")
 RECORD_ARGS = ("record_path", "record_text", "signature", "executor")
 
 
-def run_args(action, task_vars):
-    """The task's arguments plus the pinned ones, the run's targets and the task's host."""
+def run_args(action, task_vars, on_node=False):
+    """The task's arguments plus the pinned ones, the run's targets and the task's host.
+    ``on_node``: the step runs modules on the node (or a host it is delegated to), so a launcher
+    who named the node or moved its connection is refused (pinned.refuse_moved_connection)."""
     given = [k for k in RUN_ARGS if action._task.args.get(k) is not None]  # pylint: disable=protected-access
     if given:
         raise AnsibleActionFail("%s may not be set by a task (the action plugin sets it from the run); "
                                 "nothing was changed" % ", ".join(given))
+    if on_node:
+        pinned.refuse_moved_connection(action)
     args = pinned.module_args(action, task_vars)
     for key in RECORD_ARGS:
         if args.get(key) == "":

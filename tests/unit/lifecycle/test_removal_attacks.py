@@ -147,6 +147,18 @@ def test_remove_yml_started_at_a_host_phase_with_a_plan_as_extra_vars_deletes_no
     assert "node_removal_plan" in out.stdout and "given as an extra var" in out.stdout, out.stdout[-3000:]
 
 
+def test_a_run_that_moves_the_node_s_connection_deletes_nothing(people, tmp_path):
+    """A valid record and manifest for localhost, and the launcher points the connection
+    somewhere else (-e ansible_connection=...): the node-side step refuses before it acts."""
+    ours = tmp_path / "agent.conf"
+    ours.write_text("written by onboarding\n")
+    manifest_path = write_manifest(tmp_path, "localhost", files=[ours])
+    record = signed_record(people, tmp_path, "localhost", "CHG-ATK-5", manifest_path)
+    out = run_agents(people, tmp_path, record, "-e", "ansible_connection=local")
+    assert ours.exists() and out.returncode != 0, out.stdout[-3000:]
+    assert "ansible_connection given by the launcher" in out.stdout, out.stdout[-3000:]
+
+
 # -- the records folder --------------------------------------------------------------------------
 def test_a_planted_removal_state_deletes_no_node_and_revokes_no_secret(people, api, tmp_path):
     kube = api["kube"]
@@ -220,7 +232,7 @@ def test_an_edited_state_snapshot_revokes_no_secret_the_signed_manifest_did_not_
     assert kube.get_secret("kube-system", secret) is not None
 
 
-def run_agents(people, tmp_path, record):
+def run_agents(people, tmp_path, record, *args):
     """Start (or resume) the removal of localhost, then its agents phase, as the role runs them."""
     inv = inventory(people, tmp_path)
     book = tmp_path / "book.yml"
@@ -234,7 +246,7 @@ def run_agents(people, tmp_path, record):
                   "node_removal_done": "{{ started.report.done }}",
                   "node_removal_record_path": record, "node_removal_executor": "ops-lead",
                   "node_removal_audit_log": str(tmp_path / "records" / "audit" / "audit.jsonl")}}]}]))
-    return playbook(inv, book)
+    return playbook(inv, book, *args)
 
 
 def test_an_edited_state_snapshot_deletes_no_file_the_signed_manifest_did_not_name(people, tmp_path):
@@ -340,3 +352,30 @@ def test_a_node_that_is_not_a_target_of_the_change_is_not_deleted(people, api, t
     out = playbook(inv, delete_node_book(api, tmp_path, other, record))
     assert kube.get_node(other) is not None, "a Node the change record does not name was deleted"
     assert "targets: %s not in the approved targets" % other in out.stdout, out.stdout[-3000:]
+
+
+def test_only_the_bootstrap_tokens_the_signed_manifest_recorded_are_deleted(people, api, tmp_path):
+    """A valid record and a started removal: a task asking to delete another bootstrap token
+    Secret is refused and the Secret stays; the recorded one goes."""
+    kube = api["kube"]
+    node, dummy = make_node(kube)
+    ours, other = "bootstrap-token-%s" % secrets.token_hex(3), "bootstrap-token-%s" % secrets.token_hex(3)
+    for name in (ours, other):
+        kube.create_secret("kube-system", {"metadata": {"name": name}, "type": "bootstrap.kubernetes.io/token",
+                                           "stringData": {"token-id": name[-6:], "token-secret": secrets.token_hex(8)}})
+    inv = inventory(people, tmp_path, host=node)
+    manifest_path = write_manifest(tmp_path, node, api_objects=[
+        {"resource": "nodes", "namespace": "", "name": node},
+        {"resource": "secrets", "namespace": "kube-system", "name": ours}])
+    record = signed_record(people, tmp_path, node, "CHG-ATK-BT", manifest_path)
+    tasks = [start_task(tmp_path, node, record)] + [
+        {"name": "Delete %s" % name, "ignore_errors": True, "hybridgpu.fleet.k8s_node_removal": dict(
+            api["conn"], state="bootstrap_token_deleted", name=name, node=node, record_path=record, executor="ops-lead")}
+        for name in (other, ours)]
+    book = tmp_path / "book.yml"
+    book.write_text(yaml.safe_dump([{"name": "p", "hosts": node, "gather_facts": False, "tasks": tasks}]))
+    out = playbook(inv, book)
+    assert kube.get_secret("kube-system", other) is not None, "a bootstrap token the manifest did not record was deleted"
+    assert "bootstrap token Secret kube-system/%s is not one the onboarding manifest of %s recorded" % (other, node) \
+        in out.stdout, out.stdout[-3000:]
+    assert kube.get_secret("kube-system", ours) is None, out.stdout[-3000:]
