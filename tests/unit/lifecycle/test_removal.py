@@ -218,3 +218,19 @@ def test_leftovers_refuse_to_call_a_node_clean_when_a_tool_fails(broken):
     with pytest.raises(node_checks.NodeReadError, match=r"(?s)^%s .*failed \(rc=127\): %s: command not found" % (broken, broken)):
         node_checks.node_leftovers(p, run=run, exists=lambda path: False, user_exists=lambda n: False,
                                    group_exists=lambda n: False, key_present=lambda k: False)
+
+
+def test_the_signing_cli_prints_the_manifest_digest_a_remove_record_names(tmp_path):
+    import os
+    import subprocess
+    import sys
+    path = tmp_path / "n1.json"
+    path.write_text(json.dumps(kubeadm_doc(), indent=2))
+    cli = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))),
+                       "bin", "hgpu-sign-change")
+    out = subprocess.run([sys.executable, cli, "manifest-digest", str(path)], capture_output=True, text=True, check=False)
+    assert out.returncode == 0 and out.stdout.strip() == removal.manifest_digest(kubeadm_doc()), out.stderr
+    # a manifest removal cannot honour is refused before anyone signs its digest
+    path.write_text(json.dumps(manifest.merge(None, "n1")))
+    out = subprocess.run([sys.executable, cli, "manifest-digest", str(path)], capture_output=True, text=True, check=False)
+    assert out.returncode == 2 and "has no pre_onboarding block" in out.stderr, out.stderr
