@@ -83,19 +83,28 @@ def start_removal(people, folder, node, record_targets, end=None, change_id=None
     """node_removal_state action=start for ``node`` (the run's targets: ``record_targets``) under a
     remove record signed by sec-owner; returns the module's result."""
     change_id = change_id or "CHG-TM-%s" % secrets.token_hex(3)
+    manifest_path = write_manifest(folder, node)
     record = ls.write_record(str(folder), change_id + ".yml",
                              ls.record_text(change_id=change_id, action="remove", requester="ops-lead",
-                                            targets=record_targets, end=end),
+                                            targets=record_targets, end=end,
+                                            manifests={node: manifest_path} if node in record_targets else None),
                              people["keys"]["sec-owner"])
-    return run_module("node_removal_state", {
+    started = run_module("node_removal_state", {
         "root": os.path.join(str(folder), "removals"), "node": node, "action": "start",
-        "manifest_path": write_manifest(folder, node), "boundary": boundary or people["boundary"],
+        "manifest_path": manifest_path, "boundary": boundary or people["boundary"],
         "boundary_signers": signers or people["signers"], "record_path": record, "executor": "ops-lead",
-        "targets": list(record_targets), "playbook": "remove.yml", "ledger_dir": os.path.join(str(folder), "approvals")})
+        "targets": list(record_targets), "playbook": "remove.yml", "ledger_dir": os.path.join(str(folder), "approvals"),
+        "task_host": node})
+    return started, record
 
 
-def delete_node(api, name, state_path):
-    return run_module("k8s_node_removal", dict(api["conn"], state="node_deleted", name=name, removal_state=state_path))
+def delete_node(people, api, folder, name, record, targets):
+    """k8s_node_removal node_deleted for Node ``name`` on host ``name`` (the run's ``targets``),
+    with what its action plugin adds (the pinned signers, boundary and ledger)."""
+    return run_module("k8s_node_removal", dict(
+        api["conn"], state="node_deleted", name=name, record_path=record, executor="ops-lead",
+        boundary=people["boundary"], boundary_signers=people["signers"],
+        ledger_dir=os.path.join(str(folder), "approvals"), targets=list(targets), task_host=name))
 
 
 # -- lifecycle/removal.py: authorise -----------------------------------------------------------
@@ -103,24 +112,22 @@ def test_a_removal_whose_window_has_closed_deletes_no_node(people, api, tmp_path
     kube = api["kube"]
     node = make_node(kube)
     end = datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0) + datetime.timedelta(seconds=6)
-    started = start_removal(people, tmp_path, node, [node], end=end)
+    started, record = start_removal(people, tmp_path, node, [node], end=end)
     assert not started.get("failed"), started.get("msg")
-    state = started["report"]["path"]
-    assert os.path.exists(state)
+    assert os.path.exists(started["report"]["path"])
     time.sleep(max(0.0, (end - datetime.datetime.now(datetime.timezone.utc)).total_seconds()) + 1.5)
-    res = delete_node(api, node, state)
-    assert res.get("failed") and "the change window closed at %s" % ls.iso(end) in res["msg"], res
+    res = delete_node(people, api, tmp_path, node, record, [node])
+    assert res.get("failed") and "window: expired at %s" % ls.iso(end) in res["msg"], res
     assert kube.get_node(node) is not None, "the Node was deleted after its change window closed"
 
 
 def test_a_node_that_is_not_a_target_of_the_change_is_not_deleted(people, api, tmp_path):
-    """node_removal_state writes a state for the node it is given under a record for another node
-    (the run's targets are the record's); the module that deletes checks the node is a target."""
+    """A record for another node: neither the start nor the module that deletes takes the node."""
     kube = api["kube"]
     approved, other = make_node(kube), make_node(kube)
-    started = start_removal(people, tmp_path, other, [approved])
-    assert not started.get("failed"), started.get("msg")
-    res = delete_node(api, other, started["report"]["path"])
+    started, record = start_removal(people, tmp_path, other, [approved])
+    assert started.get("failed") and "%s is not a target of change" % other in started["msg"], started
+    res = delete_node(people, api, tmp_path, other, record, [approved])
     assert res.get("failed") and "%s is not a target of change" % other in res["msg"], res
     assert kube.get_node(other) is not None, "a Node the change record does not name was deleted"
     assert kube.get_node(approved) is not None
@@ -166,7 +173,7 @@ def test_a_boundary_signed_by_a_pinned_signer_who_is_not_its_security_owner_star
     ls.sign_boundary(boundary, key)
     with open(boundary) as fh:
         assert yaml.safe_load(fh)["security_owner"] == "sec-owner"
-    res = start_removal(people, tmp_path, "owned-a100-2", ["owned-a100-2"], boundary=boundary, signers=signers)
+    res, dummy = start_removal(people, tmp_path, "owned-a100-2", ["owned-a100-2"], boundary=boundary, signers=signers)
     assert res.get("failed") and "is signed by ops-lead, not by its security owner sec-owner" in res["msg"], res
     folder = tmp_path / "removals" / "owned-a100-2"
     assert not folder.exists() or not [p for p in os.listdir(str(folder)) if p.endswith(".json")]

@@ -370,30 +370,6 @@ def test_awx_executor_is_the_launching_user(people, tmp_path):
     assert "executor: the job was launched by ops-oncall (AWX user ops-oncall), not by ops-lead" in problems(err)
 
 
-def test_api_changes_need_a_verified_open_removal(tmp_path):
-    """The module that acts checks the verified state; a forged approval dict is not enough."""
-    from ansible_collections.hybridgpu.fleet.plugins.module_utils.lifecycle import removal as rm
-    now = datetime.datetime.now(datetime.timezone.utc)
-    state = tmp_path / "CHG-RM-1.json"
-    with pytest.raises(rm.RemovalError) as err:
-        rm.authorise(str(state), "owned-a100-2")
-    assert "no verified removal state" in str(err.value)
-    window = {"start": ls.iso(now - datetime.timedelta(hours=1)), "end": ls.iso(now + datetime.timedelta(hours=1))}
-    doc = {"node": "owned-a100-2", "change_id": "CHG-RM-1", "finished_at": None, "manifest": {},
-           "approval": {"approved": True, "action": "remove", "change_id": "CHG-RM-1",
-                        "targets": ["owned-a100-2"], "window": window}}
-    state.write_text(json.dumps(doc))
-    assert rm.authorise(str(state), "owned-a100-2")
-    with pytest.raises(rm.RemovalError) as err:
-        rm.authorise(str(state), "owned-a100-1")
-    assert "the state is for 'owned-a100-2', not 'owned-a100-1'" in str(err.value)
-    doc["approval"] = {"approved": True, "change_id": "CHG-RM-1"}  # any dict, as the role once took
-    state.write_text(json.dumps(doc))
-    with pytest.raises(rm.RemovalError) as err:
-        rm.authorise(str(state), "owned-a100-2")
-    assert "holds no verified remove approval" in str(err.value)
-
-
 def test_a_run_names_its_executor(people, tmp_path):
     record = remove_record(people, tmp_path)
     with pytest.raises(approval.ApprovalError) as err:
