@@ -459,8 +459,10 @@ def test_a_signed_record_releases_the_removal_and_the_wave_template_brings_the_n
     appr = approvers(tmp_path / "appr")
     approved = make_site(ee, tmp_path / "jobs", user="ops-lead", mounts=[str(tmp_path)], boundary=appr["boundary"])
     change = "CHG-AWX-RM-%d" % int(time.time())
+    # the approver signs the digest of the manifest on the persistent path: what the removal reverses
     answers = dict(remove_targets=NODE, **record_answers(appr, tmp_path, "awx-remove.yml", "sec-owner", change_id=change,
-                                                         action="remove", targets=[NODE], requester="ops-lead"))
+                                                         action="remove", targets=[NODE], requester="ops-lead",
+                                                         manifests={NODE: os.path.join(RECORDS, "manifests", NODE + ".json")}))
     check = approver(appr, tmp_path)
     run = approved.launch_workflow("hybridgpu removal (approved)", extra_vars=answers, approve=check)
     assert check.answers[0].returncode == 0, check.answers[0].stderr
