@@ -325,8 +325,8 @@ def authorise(params, node, now=None, check_mode=False, allow_finished=False):
                            "first; nothing was changed" % state.path)
     problems = []
     if doc.get("node") != node or doc.get("change_id") != verified["change_id"]:
-        problems.append("the state is for %s under %s, not %s under %s" % (doc.get("node"), doc.get("change_id"),
-                                                                             node, verified["change_id"]))
+        problems.append("the state is for %s under %s, not %s under %s"
+                        % (doc.get("node"), doc.get("change_id"), node, verified["change_id"]))
     if doc.get("finished_at") and not allow_finished:
         problems.append("the removal %s finished at %s" % (verified["change_id"], doc["finished_at"]))
     if problems:

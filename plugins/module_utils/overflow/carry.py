@@ -36,8 +36,7 @@ import inspect
 import json
 
 from . import upload_step
-from .podspec import (BUILT_POD, CONTAINER_FIELDS, POD_PATH, build,  # noqa: F401 (names the tests read here)
-                      disallowed_fields, restricted_placement)
+from .podspec import POD_PATH, build, disallowed_fields, restricted_placement
 
 GPU = "nvidia.com/gpu"
 GPU_PRODUCT = "nvidia.com/gpu.product"

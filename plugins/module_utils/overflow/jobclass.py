@@ -35,7 +35,8 @@ Errors name the file and the field; unknown keys are rejected.
 A Slurm job's class comes only from its partition, QOS and account, facts the site controls
 (slurm_class); a Kubernetes Job's only from its namespace and Kueue LocalQueue (kubernetes_class:
 the site creates the LocalQueues each namespace may use; without Kueue nothing checks the queue
-label, so such a site maps by namespace alone). A label the submitter sets on the Job is never read. A job that matches no class, or more than one, has no class and never moves. Two
+label, so such a site maps by namespace alone). A label the submitter sets on the Job is never
+read. A job that matches no class, or more than one, has no class and never moves. Two
 classes may not declare the same `slurm` or `kubernetes` match.
 Label and taint keys under node-restriction.kubernetes.io/ always mark restricted placement
 (RESTRICTED_PREFIX); `restricted_placement` adds the site's own.

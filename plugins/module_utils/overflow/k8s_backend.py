@@ -26,7 +26,7 @@ import time
 
 from ..common import k8s
 from . import backends, jobclass, k8s_hold, k8s_jobs
-from .jobbody import (GPU, GPU_PRODUCT, GPU_TYPE_ANNOTATION, REWRITES_ANNOTATION,  # noqa: F401 (names other modules read here)
+from .jobbody import (GPU, GPU_PRODUCT, REWRITES_ANNOTATION,  # noqa: F401 (names other modules read here)
                       build_job, job_body, product_label)
 from .k8s_hold import HOLD_ANNOTATION, WITHDRAWN_ANNOTATION
 from .k8s_jobs import cond as _cond, job_gpu_type as _job_gpu_type, job_gpus as _job_gpus, live as _live, ts as _ts

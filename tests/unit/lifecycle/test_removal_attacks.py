@@ -38,6 +38,7 @@ from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import mani
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.common.k8s import Kube  # noqa: E402
 from ansible_collections.hybridgpu.fleet.plugins.modules import k8s_node_removal  # noqa: E402
 
+
 @pytest.fixture(scope="module")
 def people(tmp_path_factory):
     return ls.make_approvers(str(tmp_path_factory.mktemp("approvers")))
@@ -76,9 +77,9 @@ def inventory(people, tmp_path, host="localhost", others=(), **host_vars):
     path = tmp_path / "inventory.yml"
     hosts = dict((h, dict({"ansible_connection": "local", "ansible_python_interpreter": sys.executable}, **host_vars))
                  for h in (host,) + tuple(others))
-    path.write_text(yaml.safe_dump({"all": {"hosts": hosts,
-        "vars": {"hgpu_boundary_signers": people["signers"], "hgpu_records_dir": str(tmp_path / "records"),
-                 "hgpu_boundary_path": people["boundary"]}}}))
+    site = {"hgpu_boundary_signers": people["signers"], "hgpu_records_dir": str(tmp_path / "records"),
+            "hgpu_boundary_path": people["boundary"]}
+    path.write_text(yaml.safe_dump({"all": {"hosts": hosts, "vars": site}}))
     return str(path)
 
 

@@ -68,9 +68,9 @@ def estate(people, tmp_path):
     return {"inventory": str(inventory), "out": tmp_path / "drill", "tmp": tmp_path, "script": str(script)}
 
 
-def record(people, estate, targets=UNSAFE, signer="sec-owner", change_id="CHG-DRILL-1", **kw):
+def record(people, estate, targets=None, signer="sec-owner", change_id="CHG-DRILL-1", **kw):
     text = ls.record_text(change_id=change_id, action="overflow_drill", playbook="overflow_drill.yml",
-                          targets=tuple(targets), requester="ops-lead", reason="drill on the disposable estate", **kw)
+                          targets=tuple(UNSAFE if targets is None else targets), requester="ops-lead", reason="drill on the disposable estate", **kw)
     return ls.write_record(str(estate["tmp"]), "%s.yml" % change_id, text, people["keys"].get(signer))
 
 

@@ -10,7 +10,7 @@ import types
 import pytest
 import yaml
 
-from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow import carry, dispatch_run, jobclass, k8s_backend
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow import carry, dispatch_run, jobclass, k8s_backend, podspec
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.overflow.tracker import Tracker
 
 from k8s_world import K8sWorld
@@ -187,6 +187,6 @@ def test_the_attack_job_is_refused_through_the_pass_and_nothing_is_held_or_sent(
 
 def test_the_cloud_pod_spec_holds_only_allowlisted_fields():
     pod, dummy = carry.k8s_pod_spec("train-130", v1_30_job(), TPL)
-    assert set(pod) <= set(carry.BUILT_POD) | {"restartPolicy", "nodeSelector", "tolerations"}
+    assert set(pod) <= set(podspec.BUILT_POD) | {"restartPolicy", "nodeSelector", "tolerations"}
     for c in pod["containers"]:
-        assert set(c) <= set(carry.CONTAINER_FIELDS)
+        assert set(c) <= set(podspec.CONTAINER_FIELDS)
