@@ -13,29 +13,10 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-import os
-
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import audit_anchor
 from ansible_collections.hybridgpu.fleet.plugins.plugin_utils import pinned
-
-KEY_VAR = "hgpu_audit_checkpoint_key"
-
-
-def checkpoint_key(loader, templar, task_vars, default=audit_anchor.DEFAULT_KEY):
-    """The pinned checkpoint key's path, or None when none is set and the default is absent."""
-    value = pinned._inventory_value(loader, templar, task_vars, KEY_VAR)  # pylint: disable=protected-access
-    if value in (None, ""):
-        return default if os.path.isfile(default) else None
-    if not isinstance(value, str) or not os.path.isabs(value):
-        raise AnsibleActionFail("%s must be an absolute path to the checkpoint key on the control host, got %r; "
-                                "nothing was written" % (KEY_VAR, value))
-    if not os.path.isfile(value):
-        raise AnsibleActionFail("%s names %s, which does not exist on the control host; nothing was written"
-                                % (KEY_VAR, value))
-    return value
 
 
 def module_args(args, key):
@@ -45,7 +26,7 @@ def module_args(args, key):
         return args
     if args.get("checkpoint_key") not in (None, "", key):
         raise AnsibleActionFail("checkpoint_key: the checkpoint key is pinned (%s = %s); a task cannot name "
-                                "another (%s); nothing was written" % (KEY_VAR, key, args["checkpoint_key"]))
+                                "another (%s); nothing was written" % (pinned.AUDIT_KEY_VAR, key, args["checkpoint_key"]))
     args["checkpoint_key"] = key
     if args.get("state", "present") in ("present", "repaired"):
         args["checkpoint_head"] = True
@@ -57,7 +38,7 @@ class ActionModule(ActionBase):
     def run(self, tmp=None, task_vars=None):
         task_vars = task_vars or {}
         result = super(ActionModule, self).run(tmp, task_vars)
-        key = checkpoint_key(self._loader, self._templar, task_vars)
+        key = pinned.checkpoint_key(self._loader, self._templar, task_vars)
         args = module_args(self._task.args, key)
         result.update(self._execute_module(module_name="hybridgpu.fleet.audit_log", module_args=args,
                                            task_vars=task_vars))

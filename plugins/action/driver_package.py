@@ -14,7 +14,7 @@ __metaclass__ = type
 
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import approval
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import approval, ledger
 from ansible_collections.hybridgpu.fleet.plugins.plugin_utils import pinned
 
 ACTION = "driver_upgrade"
@@ -32,7 +32,7 @@ class ActionModule(ActionBase):
         except approval.ApprovalError as exc:
             return pinned.refused(result, exc)
         done_at = (((verified.get("ledger") or {}).get("done") or {}).get(host) or {}).get("at")
-        module_args = {k: v for k, v in args.items() if k not in ("boundary_signers", "ledger_dir", "awx_user")}
+        module_args = {k: v for k, v in args.items() if k not in ("boundary_signers", "ledger_dir", "awx_user", "checkpoint_key")}
         module_args["approval"] = {k: v for k, v in verified.items() if k != "ledger"}
         if done_at:
             module_args["done_at"] = done_at
@@ -40,7 +40,7 @@ class ActionModule(ActionBase):
                                            task_vars=task_vars))
         if result.get("changed") and not result.get("failed") and not self._play_context.check_mode:
             plan = result.get("plan") or {}
-            approval.mark_done(args["ledger_dir"], verified["change_id"], host,
-                               {"package": args.get("package"), "version": args.get("version") or None,
-                                "installed": bool(plan.get("install"))})
+            ledger.mark_done(args["ledger_dir"], verified["change_id"], host,
+                             {"package": args.get("package"), "version": args.get("version") or None,
+                              "installed": bool(plan.get("install"))}, checkpoint_key=args.get("checkpoint_key"))
         return result

@@ -31,7 +31,7 @@ class ActionModule(ActionBase):
         except approval.ApprovalError as exc:
             return pinned.refused(result, exc)
         module_args = {k: v for k, v in args.items()
-                       if k not in pinned.RECORD_ARGS + ("boundary", "boundary_signers", "ledger_dir", "awx_user")}
+                       if k not in pinned.RECORD_ARGS + ("boundary", "boundary_signers", "ledger_dir", "awx_user", "checkpoint_key")}
         module_args["approval"] = summary(verified)
         result.update(self._execute_module(module_name=self._task.action, module_args=module_args,
                                            task_vars=task_vars))

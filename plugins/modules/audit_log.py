@@ -277,7 +277,7 @@ repair:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import audit, audit_anchor
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import audit, audit_anchor, audit_verify
 
 
 def _anchoring(p):
@@ -331,11 +331,11 @@ def main():
     if p["checkpoint_every"] < 1:
         module.fail_json(msg="checkpoint_every must be 1 or more, got %d" % p["checkpoint_every"])
     if p["state"] == "verified":
-        res = audit.verify(p["path"], p.get("head"), p["anchors"], p["allowed_signers"],
-                           checkpoint_every=p["checkpoint_every"], checkpoint_key=p["checkpoint_key"],
-                           require_checkpoints=p["require_checkpoints"], ledger_dir=p["ledger_dir"],
-                           syslog=None if p["syslog_heads"] == "none" else p["syslog_heads"],
-                           all_signatures=p["all_signatures"])
+        res = audit_verify.verify(p["path"], p.get("head"), p["anchors"], p["allowed_signers"],
+                                  checkpoint_every=p["checkpoint_every"], checkpoint_key=p["checkpoint_key"],
+                                  require_checkpoints=p["require_checkpoints"], ledger_dir=p["ledger_dir"],
+                                  syslog=None if p["syslog_heads"] == "none" else p["syslog_heads"],
+                                  all_signatures=p["all_signatures"])
         for warning in res["warnings"]:
             module.warn(warning)
         if not res["ok"]:
@@ -346,7 +346,7 @@ def main():
     if p["state"] == "repaired":
         if module.check_mode:
             module.exit_json(changed=False, msg="check mode: the torn tail of %s is not repaired" % p["path"],
-                             head=audit.current_head(p["path"]))
+                             head=audit_verify.current_head(p["path"]))
         try:
             res = audit.repair_torn_tail(p["path"], p["executor"], p["change_id"] or "audit-repair",
                                          p["approver"], **_anchoring(p))
@@ -357,13 +357,13 @@ def main():
         event = audit.make_event(p["change_id"], p["approver"], p["executor"], p["target"],
                                  p["action"], p["result"], p["details"])
         if p["once"]:
-            for old in audit.read(p["path"], change_id=p["change_id"], target=p["target"]):
+            for old in audit_verify.read(p["path"], change_id=p["change_id"], target=p["target"]):
                 if old.get("action") == p["action"] and old.get("result") == p["result"]:
                     module.exit_json(changed=False, entry=old, journal_line=audit.journal_line(old),
-                                     head=audit.current_head(p["path"]))
+                                     head=audit_verify.current_head(p["path"]))
         if module.check_mode:
             module.exit_json(changed=True, entry=event, journal_line=audit.journal_line(event),
-                             head=audit.current_head(p["path"]))
+                             head=audit_verify.current_head(p["path"]))
         res = audit.write(p["path"], event, **_anchoring(p))
     except (audit.AuditError, ValueError, OSError) as exc:
         module.fail_json(msg="audit log %s: %s" % (p["path"], exc))

@@ -62,6 +62,12 @@ options:
       - Set by the action plugin to C(<hgpu_records_dir>/approvals); a task may not set it. The
         change id is recorded there (used once).
     type: path
+  checkpoint_key:
+    description:
+      - Set by the action plugin from the pinned audit checkpoint key (C(hgpu_audit_checkpoint_key), else
+        C(/etc/hybridgpu/audit_checkpoint_key) when it exists); a task may not set it. The claim's entry in
+        the audit log is signed with it as a checkpoint.
+    type: path
   max_window_hours:
     description: The longest window a record may approve.
     type: int
@@ -196,6 +202,7 @@ def main():
             ledger_dir=dict(type="path"),
             max_window_hours=dict(type="int", default=24),
             awx_user=dict(type="str"),
+            checkpoint_key=dict(type="path", no_log=False),
         ),
         required_one_of=[("record_path", "record_text")],
         mutually_exclusive=[("record_path", "record_text"), ("signature_path", "signature")],

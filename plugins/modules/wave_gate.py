@@ -84,6 +84,12 @@ options:
   awx_user:
     description: Set by the action plugin from the AWX job's C(awx_user_name); a task may not set it.
     type: str
+  checkpoint_key:
+    description:
+      - Set by the action plugin from the pinned audit checkpoint key (C(hgpu_audit_checkpoint_key), else
+        C(/etc/hybridgpu/audit_checkpoint_key) when it exists); a task may not set it. The override's claim
+        and each C(hold_override) entry sign the audit head with it.
+    type: path
 attributes:
   check_mode:
     support: full
@@ -146,7 +152,7 @@ import json
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import approval, audit, schema
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import approval, audit, ledger, schema
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.common.approval_signing import ApprovalError, verify_boundary
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import record_page
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.onboard import gate
@@ -199,7 +205,7 @@ def _claim_used(params, decisions, approvals, problems, check_mode, now):
             claimed.append(found)
             continue
         try:
-            found["ledger"] = approval.claim(params["ledger_dir"], found, now)
+            found["ledger"] = ledger.claim(params["ledger_dir"], found, now, checkpoint_key=params.get("checkpoint_key"))
             claimed.append(found)
         except ApprovalError as exc:
             problems[cid] = exc.problems
@@ -214,7 +220,9 @@ def _audit(params, decisions, record):
                                      node, gate.ACTION, "ok",
                                      details={"finding": item["finding"], "message": item["message"],
                                               "verdicts_digest": record.get("verdicts_digest")})
-            audit.append(params["audit_log"], event)
+            key = params.get("checkpoint_key")
+            audit.append(params["audit_log"], event, checkpoint_key=key, checkpoint_every=1 if key else 100,
+                         checkpoint_required=bool(key))
 
 
 def run(params, check_mode):
@@ -272,6 +280,7 @@ def main():
             boundary_signers=dict(type="str"),
             ledger_dir=dict(type="path"),
             awx_user=dict(type="str"),
+            checkpoint_key=dict(type="path", no_log=False),
         ),
         supports_check_mode=True,
     )

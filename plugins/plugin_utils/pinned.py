@@ -21,6 +21,12 @@ The ledger of used change ids lives under the inventory's records folder
 (``hgpu_records_dir``, refused as an extra var, else ./records where ansible-playbook started),
 so a launcher cannot point a replay at an empty ledger.
 
+The key that signs the audit log's checkpoints is pinned too: the inventory variable
+``hgpu_audit_checkpoint_key`` (a path on the control host, refused as an extra var), else
+/etc/hybridgpu/audit_checkpoint_key when that file exists. The action plugin passes it to the
+module (``checkpoint_key``), where the ledger's claim and done marks sign the audit head with
+it; a task cannot.
+
 Every variable that carries trust (the pinned settings above, the boundary and records folders a
 playbook could be pointed at, and what a destructive play derives from a verified record: the
 approval, the plan, the phases done, the state files, the member's keys and objects, the home
@@ -42,7 +48,7 @@ from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 from ansible.utils.vars import load_extra_vars
 
-from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import approval
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import approval, audit_anchor
 
 PINNED_FILE = "/etc/hybridgpu/boundary_signers"
 PINNED_VAR = "hgpu_boundary_signers"
@@ -51,7 +57,7 @@ BOUNDARY_VAR = "hgpu_boundary_path"
 RECORDS_VAR = "hgpu_records_dir"
 AUDIT_KEY_VAR = "hgpu_audit_checkpoint_key"
 # Module options only the action plugin sets.
-PRIVATE_ARGS = ("boundary_signers", "boundary", "awx_user", "ledger_dir", "approval", "done_at")
+PRIVATE_ARGS = ("boundary_signers", "boundary", "awx_user", "ledger_dir", "approval", "done_at", "checkpoint_key")
 # Variables that carry trust: refused as extra vars (refuse_trust_extra_vars).
 TRUST_VARS = frozenset((
     PINNED_VAR, BOUNDARY_VAR, RECORDS_VAR, AUDIT_KEY_VAR,
@@ -151,6 +157,21 @@ def ledger_dir(loader, templar, task_vars):
     return os.path.join(value, "approvals")
 
 
+def checkpoint_key(loader, templar, task_vars, default=audit_anchor.DEFAULT_KEY):
+    """The pinned audit checkpoint key's path (inventory hgpu_audit_checkpoint_key, else
+    ``default`` when that file exists), or None when neither is set."""
+    value = _inventory_value(loader, templar, task_vars, AUDIT_KEY_VAR)
+    if value in (None, ""):
+        return default if os.path.isfile(default) else None
+    if not isinstance(value, str) or not os.path.isabs(value):
+        raise AnsibleActionFail("%s must be an absolute path to the checkpoint key on the control host, got %r; "
+                                "nothing was written" % (AUDIT_KEY_VAR, value))
+    if not os.path.isfile(value):
+        raise AnsibleActionFail("%s names %s, which does not exist on the control host; nothing was written"
+                                % (AUDIT_KEY_VAR, value))
+    return value
+
+
 def awx_user(task_vars):
     """The AWX user name of the job, when this is an AWX job."""
     if task_vars.get("awx_job_id") is None and task_vars.get("tower_job_id") is None:
@@ -171,13 +192,16 @@ def plain_args(action):
 
 
 def module_args(action, task_vars):
-    """The task's module args plus the pinned signers, the pinned boundary, the ledger folder and
-    the AWX user."""
+    """The task's module args plus the pinned signers, the pinned boundary, the ledger folder, the
+    pinned checkpoint key (``checkpoint_key``, only when one is set) and the AWX user."""
     args = plain_args(action)
     text, dummy = boundary_signers(action._loader, action._templar, task_vars)  # pylint: disable=protected-access
     args["boundary_signers"] = text
     args["boundary"] = boundary_path(action._loader, action._templar, task_vars)  # pylint: disable=protected-access
     args["ledger_dir"] = ledger_dir(action._loader, action._templar, task_vars)  # pylint: disable=protected-access
+    key = checkpoint_key(action._loader, action._templar, task_vars)  # pylint: disable=protected-access
+    if key:
+        args["checkpoint_key"] = key
     user = awx_user(task_vars)
     if user:
         args["awx_user"] = user

@@ -163,17 +163,22 @@ def check_newest(folder, boundary, now=None, check_mode=False):
     newer one, is recorded there (its signed_at, SHA-256 and when it was first used); a boundary
     signed earlier than the one recorded is refused, so a rotated-out approver's key cannot come
     back with an older signed copy. The security owner gives every new version a later signed_at
-    (it is part of the signed bytes). Returns the record of the newest boundary."""
+    (it is part of the signed bytes). The record is read without following a symbolic link and
+    replaced through a new file. Returns the record of the newest boundary."""
     now = now or datetime.datetime.now(datetime.timezone.utc)
     sig = boundary.doc["signature"]
     signed_at = _stamp(sig["signed_at"].astimezone(datetime.timezone.utc))
     path = os.path.join(folder, SEEN_FILE)
     try:
-        text = files.read_text(path)
-        seen = json.loads(text) if text is not None else None
+        seen = files.read_json_nofollow(path)
+    except FileNotFoundError:
+        seen = None
     except (IOError, OSError, ValueError) as exc:
         raise ApprovalError(["boundary: the record of the newest boundary trusted, %s, cannot be read (%s); "
                              "nothing is trusted until it is restored" % (path, exc)])
+    if seen is not None and not isinstance(seen, dict):
+        raise ApprovalError(["boundary: the record of the newest boundary trusted, %s, is not a JSON object; "
+                             "nothing is trusted until it is restored" % path])
     mine = {"signed_at": signed_at, "sha256": getattr(boundary, "sha256", None), "file": boundary.filename}
     if seen:
         if signed_at < seen.get("signed_at", ""):

@@ -21,7 +21,7 @@ __metaclass__ = type
 
 import os
 
-from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import approval, audit, audit_anchor
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import audit, audit_anchor, ledger
 
 SA_TOKEN_TYPE = "kubernetes.io/service-account-token"
 SA_NAME_ANNOTATION = "kubernetes.io/service-account.name"
@@ -90,7 +90,7 @@ def audit_revocation(ledger_dir, verified, target, details, checkpoint_key=None)
     signs a checkpoint of the new head (audit_anchor.configured_key when None). Returns
     audit.write's result ({entry, head, warnings, ...}); audit.AuditError or OSError when it
     cannot be written."""
-    log = approval.ledger_audit_log(ledger_dir)
+    log = ledger.ledger_audit_log(ledger_dir)
     key = audit_anchor.configured_key(checkpoint_key)
     event = audit.make_event(verified["change_id"], verified.get("approver") or "unknown",
                              verified.get("executor") or "unknown", target, "revoke_credential", "changed", details)

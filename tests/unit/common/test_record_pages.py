@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 
-from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import approval, audit, manifest, record_page
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import audit, audit_verify, ledger, manifest, record_page
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.lifecycle import removal, upgrade_record
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.validate import validation, wave_record
 
@@ -238,7 +238,7 @@ def test_audit_page_after_each_append_keeps_the_chain(tmp_path):
     assert "Entries</th><td>2</td>" in summary and "seq 2 drain failed on" in summary
     assert text.index("CHG-2") < text.index("CHG-1", text.index("<h2>Entries"))  # newest first
     assert_escaped(text)
-    assert audit.verify(path)["ok"] is True  # the log and its anchors are as before
+    assert audit_verify.verify(path)["ok"] is True  # the log and its anchors are as before
     assert sorted(os.listdir(os.path.dirname(path))) == ["audit.html", "audit.jsonl", "audit.jsonl.anchors"]
 
 
@@ -247,7 +247,7 @@ def test_audit_page_failure_is_a_warning_not_a_lost_entry(tmp_path):
     os.makedirs(record_page.html_path(path))  # a folder where the page goes: it cannot be written
     res = audit.write(path, audit.make_event("CHG-1", "sec-owner", "ops-oncall", "n1", "cordon", "changed"))
     assert res["entry"]["seq"] == 1 and any("audit page" in w for w in res["warnings"])
-    assert audit.verify(path)["ok"] is True
+    assert audit_verify.verify(path)["ok"] is True
 
 
 # -- approvals ledger ---------------------------------------------------------------------
@@ -256,18 +256,18 @@ def test_ledger_entry_page_names_change_approver_and_targets(tmp_path):
     folder = str(tmp_path / "approvals")
     found = {"change_id": "CHG-UP-1", "playbook": "upgrade_rehearsal.yml", "action": "driver_upgrade",
              "targets": ["owned-a100-2"], "member": None, "executor": HOSTILE, "approver": "ops-lead"}
-    assert approval.claim(folder, found)["resumed"] is False
+    assert ledger.claim(folder, found)["resumed"] is False
     path = os.path.join(folder, "CHG-UP-1.json")
     text = page_of(path)
     summary = text[:text.index("<h2>")]
     assert "CHG-UP-1" in summary and "ops-lead" in summary and "owned-a100-2" in summary and "none yet" in summary
     assert_escaped(text)
-    assert approval.claim(folder, found)["resumed"] is True
+    assert ledger.claim(folder, found)["resumed"] is True
     assert page_of(path) == text  # resuming changes neither the entry nor its page
-    approval.mark_done(folder, "CHG-UP-1", "owned-a100-2")
+    ledger.mark_done(folder, "CHG-UP-1", "owned-a100-2")
     assert "owned-a100-2 at " in page_of(path)
     os.unlink(record_page.html_path(path))
-    approval.claim(folder, found)
+    ledger.claim(folder, found)
     assert os.path.exists(record_page.html_path(path))
 
 

@@ -1,7 +1,7 @@
 """The records folder as an attacker with write access to it sees it: the ledger of used change
 ids, its temporary files and the audit trail. Each test drives the attack through the entry point
 the playbooks use (change_approval and audit_log run by ansible-playbook on localhost, or
-approval.gate and approval.mark_done as the destructive modules call them) and asserts that the
+approval.gate and ledger.mark_done as the destructive modules call them) and asserts that the
 effect did not happen: the second use is refused, the link's target is unchanged, the rewrite is
 named."""
 import json
@@ -16,7 +16,7 @@ import yaml
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "lifecycle"))
 import lifecycle_support as ls  # noqa: E402
 
-from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import approval, audit, audit_anchor  # noqa: E402
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import approval, audit, audit_anchor, audit_verify, ledger  # noqa: E402
 
 REPO = ls.REPO
 CID = "CHG-RT-1"
@@ -69,7 +69,7 @@ def approve(people, tmp_path, targets, path):
     return rc, tasks["approve"]
 
 
-def ledger(tmp_path):
+def ledger_folder(tmp_path):
     return tmp_path / "records" / "approvals"
 
 
@@ -83,20 +83,20 @@ def test_change_id_used_again_after_its_ledger_entry_is_deleted(people, tmp_path
     path = record(people, tmp_path)
     rc, first = approve(people, tmp_path, ["node-1"], path)
     assert rc == 0 and first["approval"]["ledger"]["resumed"] is False, first
-    os.remove(str(ledger(tmp_path) / ("%s.json" % CID)))
+    os.remove(str(ledger_folder(tmp_path) / ("%s.json" % CID)))
     rc, second = approve(people, tmp_path, ["node-2"], path)
     assert rc != 0 and "CHG-RT-1 was already used" in second["msg"] and "differs in targets" in second["msg"]
     assert [c["details"]["targets"] for c in claims(tmp_path)] == [["node-1"]]
     # the same run again resumes, and the ledger entry is written again from the audit log
     rc, again = approve(people, tmp_path, ["node-1"], path)
     assert rc == 0 and again["approval"]["ledger"]["resumed"] is True
-    assert json.loads((ledger(tmp_path) / ("%s.json" % CID)).read_text())["targets"] == ["node-1"]
+    assert json.loads((ledger_folder(tmp_path) / ("%s.json" % CID)).read_text())["targets"] == ["node-1"]
 
 
 def test_change_id_used_again_after_the_ledger_entry_s_targets_are_edited(people, tmp_path):
     path = record(people, tmp_path)
     assert approve(people, tmp_path, ["node-1"], path)[0] == 0
-    entry_path = ledger(tmp_path) / ("%s.json" % CID)
+    entry_path = ledger_folder(tmp_path) / ("%s.json" % CID)
     entry = json.loads(entry_path.read_text())
     entry["targets"] = ["node-2"]
     entry_path.write_text(json.dumps(entry))
@@ -110,8 +110,8 @@ def test_change_id_used_again_through_an_approvals_folder_linked_to_an_empty_one
     assert approve(people, tmp_path, ["node-1"], path)[0] == 0
     empty = tmp_path / "empty"
     empty.mkdir()
-    os.rename(str(ledger(tmp_path)), str(tmp_path / "records" / "approvals.real"))
-    os.symlink(str(empty), str(ledger(tmp_path)))
+    os.rename(str(ledger_folder(tmp_path)), str(tmp_path / "records" / "approvals.real"))
+    os.symlink(str(empty), str(ledger_folder(tmp_path)))
     rc, second = approve(people, tmp_path, ["node-2"], path)
     assert rc != 0 and "is a symbolic link" in second["msg"]
     assert not os.path.exists(str(empty / ("%s.json" % CID)))
@@ -133,7 +133,7 @@ def test_the_audit_chain_decides_when_the_ledger_is_deleted_with_the_log_edited(
     that also deletes the ledger entry is still refused."""
     path = record(people, tmp_path)
     assert approve(people, tmp_path, ["node-1"], path)[0] == 0
-    os.remove(str(ledger(tmp_path) / ("%s.json" % CID)))
+    os.remove(str(ledger_folder(tmp_path) / ("%s.json" % CID)))
     log = str(tmp_path / "records" / "audit" / "audit.jsonl")
     rows = [json.loads(x) for x in open(log).read().splitlines()]
     rows[0]["change_id"] = "CHG-OTHER"
@@ -153,14 +153,14 @@ def gate_params(people, path, ledger_dir, targets=("node-1",)):
 
 def test_a_link_planted_at_the_ledger_s_temporary_file_is_not_written_through(people, tmp_path):
     path = record(people, tmp_path)
-    folder = str(ledger(tmp_path))
+    folder = str(ledger_folder(tmp_path))
     approval.gate(gate_params(people, path, folder))
     victim = tmp_path / "victim"
     victim.write_text("precious\n")
     entry_path = os.path.join(folder, "%s.json" % CID)
     for name in ("%s.tmp" % entry_path, os.path.join(folder, ".%s.json.tmp" % CID)):
         os.symlink(str(victim), name)
-    entry = approval.mark_done(folder, CID, "node-1", {"package": "nvidia-driver"})
+    entry = ledger.mark_done(folder, CID, "node-1", {"package": "nvidia-driver"})
     assert victim.read_text() == "precious\n"
     assert not os.path.islink(entry_path) and entry["done"]["node-1"]["package"] == "nvidia-driver"
     # the done mark is in the audit chain too, and a later run reads it from there
@@ -170,7 +170,7 @@ def test_a_link_planted_at_the_ledger_s_temporary_file_is_not_written_through(pe
 
 def test_a_ledger_entry_replaced_by_a_link_is_refused(people, tmp_path):
     path = record(people, tmp_path)
-    folder = str(ledger(tmp_path))
+    folder = str(ledger_folder(tmp_path))
     approval.gate(gate_params(people, path, folder))
     victim = tmp_path / "victim.json"
     entry_path = os.path.join(folder, "%s.json" % CID)
@@ -179,7 +179,7 @@ def test_a_ledger_entry_replaced_by_a_link_is_refused(people, tmp_path):
     os.remove(entry_path)
     os.symlink(str(victim), entry_path)
     with pytest.raises(approval.ApprovalError, match="symbolic link"):
-        approval.mark_done(folder, CID, "node-1", {"package": "nvidia-driver"})
+        ledger.mark_done(folder, CID, "node-1", {"package": "nvidia-driver"})
     with pytest.raises(approval.ApprovalError, match="symbolic link"):
         approval.gate(gate_params(people, path, folder))
     assert victim.read_text() == before
@@ -187,9 +187,9 @@ def test_a_ledger_entry_replaced_by_a_link_is_refused(people, tmp_path):
 
 def test_a_done_mark_removed_from_the_ledger_is_still_done(people, tmp_path):
     path = record(people, tmp_path)
-    folder = str(ledger(tmp_path))
+    folder = str(ledger_folder(tmp_path))
     approval.gate(gate_params(people, path, folder))
-    approval.mark_done(folder, CID, "node-1", {"package": "nvidia-driver"})
+    ledger.mark_done(folder, CID, "node-1", {"package": "nvidia-driver"})
     entry_path = os.path.join(folder, "%s.json" % CID)
     entry = json.loads(open(entry_path).read())
     del entry["done"]
@@ -364,9 +364,9 @@ def test_a_key_set_on_a_log_written_without_one_signs_from_then_on(people, tmp_p
     for i in range(3):
         audit.append(log, audit.make_event(CID, "sec-owner", "ops-lead", "node-%d" % i, "cordon", "changed"))
     path = record(people, tmp_path)
-    folder = str(ledger(tmp_path))
+    folder = str(ledger_folder(tmp_path))
     verified = approval.gate(dict(gate_params(people, path, folder), ledger_dir=None))
-    entry = approval.claim(folder, verified, checkpoint_key=checkpoint_key)
+    entry = ledger.claim(folder, verified, checkpoint_key=checkpoint_key)
     assert entry["audit"]["seq"] == 4
     records, dummy = audit_anchor.read(log + ".anchors")
     assert [r["seq"] for r in records if r["type"] == "checkpoint"] == [4]
@@ -391,5 +391,92 @@ def test_links_planted_at_the_audit_page_and_anchors_are_not_followed(tmp_path):
     with pytest.raises(audit.AuditError, match="symbolic link"):
         audit.append(log, audit.make_event(CID, "sec-owner", "ops-lead", "node-3", "cordon", "changed"))
     assert victim.read_text() == "precious\n" and len(open(log).read().splitlines()) == 2
-    res = audit.verify(log)
+    res = audit_verify.verify(log)
     assert not res["ok"] and res["first_bad"]["kind"] == "refused"
+
+
+# --- the pinned checkpoint key reaches the ledger ------------------------------------------
+def approve_keyed(people, tmp_path, path, key, **task):
+    """change_approval for node-1 under the record at ``path``, with ``key`` pinned in the inventory."""
+    args = {"record_path": path, "action": "remove", "playbook": "remove.yml", "targets": ["node-1"],
+            "executor": "ops-lead"}
+    args.update(task)
+    rc, tasks = play(tmp_path, people, [{"name": "approve", "hybridgpu.fleet.change_approval": args}],
+                     inventory_vars={"hgpu_audit_checkpoint_key": key})
+    return rc, tasks["approve"]
+
+
+def test_the_pinned_key_signs_the_head_of_a_claim(people, tmp_path, checkpoint_key):
+    path = record(people, tmp_path)
+    rc, res = approve_keyed(people, tmp_path, path, checkpoint_key)
+    assert rc == 0, res
+    claim_seq = res["approval"]["ledger"]["audit"]["seq"]
+    assert [c["seq"] for c in claims(tmp_path)] == [claim_seq]
+    log = str(tmp_path / "records" / "audit" / "audit.jsonl")
+    records, dummy = audit_anchor.read(log + ".anchors")
+    assert [r["seq"] for r in records if r["type"] == "checkpoint"] == [claim_seq]
+    res = audit_verify.verify(log, checkpoint_key=checkpoint_key)
+    assert res["ok"] and res["anchors"]["required"] and res["anchors"]["signers"], res
+
+
+def test_a_task_cannot_pass_its_own_checkpoint_key_to_change_approval(people, tmp_path, checkpoint_key):
+    other = str(tmp_path / "launcher-key")
+    ls.keygen(other, "launcher")
+    path = record(people, tmp_path)
+    rc, res = approve_keyed(people, tmp_path, path, checkpoint_key, checkpoint_key=other)
+    assert rc != 0 and "checkpoint_key may not be set by a task" in res["msg"]
+    assert not os.path.exists(str(ledger_folder(tmp_path) / ("%s.json" % CID)))
+    assert not os.path.exists(str(tmp_path / "records" / "audit" / "audit.jsonl"))
+
+
+def test_a_linked_ledger_folder_is_refused_before_the_newest_boundary_is_noted(people, tmp_path):
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (tmp_path / "records").mkdir()
+    os.symlink(str(elsewhere), str(ledger_folder(tmp_path)))
+    path = record(people, tmp_path)
+    rc, res = approve(people, tmp_path, ["node-1"], path)
+    assert rc != 0 and "symbolic link" in res["msg"]
+    assert os.listdir(str(elsewhere)) == []
+
+
+def test_a_link_planted_at_the_newest_boundary_record_is_not_followed(people, tmp_path):
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    folder = ledger_folder(tmp_path)
+    folder.mkdir(parents=True)
+    os.symlink(str(victim), str(folder / "boundary-seen.json"))
+    path = record(people, tmp_path)
+    rc, res = approve(people, tmp_path, ["node-1"], path)
+    assert rc != 0 and "boundary-seen.json" in res["msg"] and "symbolic link" in res["msg"]
+    assert victim.read_text() == "precious\n"
+    assert not os.path.exists(str(folder / ("%s.json" % CID)))
+
+
+def verify_cli(*args):
+    return subprocess.run([sys.executable, os.path.join(REPO, "bin", "hgpu-audit-verify")] + list(args),
+                          capture_output=True, text=True, check=False)
+
+
+def test_the_verifier_command_requires_the_checkpoints_of_its_key(people, tmp_path, checkpoint_key):
+    log = write_log(tmp_path, people, checkpoint_key)
+    ok = verify_cli(log, "--checkpoint-key", checkpoint_key, "--syslog-heads", "none")
+    assert ok.returncode == 0 and "5 checkpoints" in ok.stdout, ok.stdout + ok.stderr
+    rows = rewrite_line(log, 3, target="someone-else")
+    rewrite_anchors(log, rows, keep_checkpoints_below=3)
+    bad = verify_cli(log, "--checkpoint-key", checkpoint_key, "--syslog-heads", "none")
+    assert bad.returncode == 1 and "no signed checkpoint at the head seq 5" in bad.stdout, bad.stdout + bad.stderr
+    # checkpoints further apart than --checkpoint-every are a rewrite too
+    spread = verify_cli(log, "--checkpoint-key", checkpoint_key, "--checkpoint-every", "1", "--syslog-heads", "none")
+    assert spread.returncode == 1
+
+
+def test_the_verifier_command_checks_the_syslog_heads_it_is_given(people, tmp_path):
+    log = str(tmp_path / "records" / "audit" / "audit.jsonl")
+    entry = audit.append(log, audit.make_event(CID, "sec-owner", "ops-lead", "node-1", "cordon", "changed"))
+    syslog = tmp_path / "syslog"
+    syslog.write_text("Dec  4 10:00:00 ctl hybridgpu-audit: %s\n"
+                      % audit_anchor.syslog_text(os.path.abspath(log), entry["seq"], "f" * 64))
+    bad = verify_cli(log, "--syslog-heads", str(syslog))
+    assert bad.returncode == 1 and "syslog" in bad.stdout, bad.stdout + bad.stderr
+    assert verify_cli(log, "--syslog-heads", "none").returncode == 0

@@ -10,7 +10,7 @@ import threading
 
 import pytest
 
-from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import audit
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import audit, audit_verify
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 VERIFY = os.path.join(REPO, "bin", "hgpu-audit-verify")
@@ -39,7 +39,7 @@ def write(path, rows):
 
 
 def test_chain_is_intact_and_linked(log):
-    res = audit.verify(log)
+    res = audit_verify.verify(log)
     assert res["ok"] and res["entries"] == 4
     rows = [json.loads(x) for x in lines(log)]
     assert rows[0]["prev"] == audit.GENESIS and [r["seq"] for r in rows] == [1, 2, 3, 4]
@@ -54,7 +54,7 @@ def test_edited_line_is_named(log):
         '"result": "changed"', '"result": "ok"')
     assert rows[2] != lines(log)[2]
     write(log, rows)
-    res = audit.verify(log)
+    res = audit_verify.verify(log)
     assert not res["ok"] and res["first_bad"]["line"] == 3 and res["first_bad"]["seq"] == 3
     assert "edited" in res["first_bad"]["problem"]
 
@@ -64,31 +64,31 @@ def test_rehashed_edit_breaks_the_next_link(log):
     rows[1]["executor"] = "mallory"
     rows[1]["hash"] = audit.entry_hash(rows[1])
     write(log, [json.dumps(r, sort_keys=True) for r in rows])
-    res = audit.verify(log)
+    res = audit_verify.verify(log)
     assert res["first_bad"]["line"] == 3 and "prev does not match" in res["first_bad"]["problem"]
 
 
 def test_removed_and_reordered_lines(log):
     rows = lines(log)
     write(log, rows[:1] + rows[2:])
-    assert "removed or reordered" in audit.verify(log)["first_bad"]["problem"]
+    assert "removed or reordered" in audit_verify.verify(log)["first_bad"]["problem"]
     write(log, [rows[1], rows[0]] + rows[2:])
-    assert audit.verify(log)["first_bad"]["line"] == 1
+    assert audit_verify.verify(log)["first_bad"]["line"] == 1
 
 
 def test_truncation_without_anchors_needs_the_head(log):
-    head = audit.verify(log)["head"]
+    head = audit_verify.verify(log)["head"]
     write(log, lines(log)[:3])
     os.remove(log + ".anchors")
-    assert audit.verify(log)["ok"]
-    res = audit.verify(log, head)
+    assert audit_verify.verify(log)["ok"]
+    res = audit_verify.verify(log, head)
     assert not res["ok"] and "cut off the end" in res["first_bad"]["problem"]
 
 
 def test_garbage_line_and_refusal_to_append_after_it(log):
     with open(log, "a") as fh:
         fh.write("not json\n")
-    assert audit.verify(log)["first_bad"]["line"] == 5
+    assert audit_verify.verify(log)["first_bad"]["line"] == 5
     with pytest.raises(audit.AuditError, match="not an audit entry"):
         audit.append(log, ev())
 
@@ -111,7 +111,7 @@ def test_concurrent_appends_keep_the_chain(tmp_path):
         t.start()
     for t in threads:
         t.join()
-    res = audit.verify(path)
+    res = audit_verify.verify(path)
     assert res["ok"] and res["entries"] == 80
 
 
@@ -180,7 +180,7 @@ def empty(path):
 ])
 def test_tampering_is_named_against_the_anchors(log, tamper, kind, line, words):
     tamper(log)
-    res = audit.verify(log)
+    res = audit_verify.verify(log)
     assert not res["ok"]
     assert res["first_bad"]["kind"] == kind and res["first_bad"]["line"] == line
     assert res["first_bad"]["problem"].startswith(kind + ":") and words in res["first_bad"]["problem"]
@@ -195,7 +195,7 @@ def test_anchors_file_holds_every_head(log):
     assert [(r["type"], r["seq"], r["hash"]) for r in recs] == [("head", e["seq"], e["hash"]) for e in rows]
     res = audit.write(log, ev("uncordon", result="ok"))
     assert res["head"] == {"seq": 5, "hash": res["entry"]["hash"]} and res["warnings"] == []
-    assert res["anchors"] == anchors_of(log) and audit.current_head(log) == res["head"]
+    assert res["anchors"] == anchors_of(log) and audit_verify.current_head(log) == res["head"]
     ok = cli(log)
     assert ok.returncode == 0 and "5 anchored heads, 0 checkpoints" in ok.stdout
 
@@ -217,7 +217,7 @@ def test_fresh_chain_with_a_given_anchors_file(tmp_path):
     audit.append(path, ev(), anchors=anchors)
     assert not os.path.exists(anchors_of(path)) and len(lines(anchors)) == 1
     os.remove(path)
-    assert audit.verify(path, anchors=anchors)["first_bad"]["kind"] == "deleted"
+    assert audit_verify.verify(path, anchors=anchors)["first_bad"]["kind"] == "deleted"
     with pytest.raises(audit.AuditError, match="fresh chain"):
         audit.append(path, ev(), anchors=anchors)
 
@@ -228,7 +228,7 @@ TORN = b'{"action": "drain", "approver": "sec-owner", "cha'
 def test_torn_tail_is_detected_refused_and_repaired_by_an_audited_command(log):
     with open(log, "ab") as fh:
         fh.write(TORN)
-    res = audit.verify(log)
+    res = audit_verify.verify(log)
     assert res["first_bad"]["kind"] == "torn" and res["first_bad"]["line"] == 5
     assert "line 5" in res["first_bad"]["problem"] and "--repair-torn-tail" in res["first_bad"]["problem"]
     with pytest.raises(audit.AuditError, match=r"line 5 is torn.*--repair-torn-tail"):
@@ -246,9 +246,9 @@ def test_torn_tail_is_detected_refused_and_repaired_by_an_audited_command(log):
     aside = os.path.join(os.path.dirname(os.path.abspath(log)), moved[0])
     assert last["details"]["moved_to"] == aside
     assert "to %s;" % aside in out.stdout
-    assert audit.verify(log)["ok"]
+    assert audit_verify.verify(log)["ok"]
     audit.append(log, ev("uncordon"))
-    assert audit.verify(log)["entries"] == 6
+    assert audit_verify.verify(log)["entries"] == 6
 
 
 @pytest.mark.parametrize("tail, words", [
@@ -275,7 +275,7 @@ def test_entry_without_final_newline_is_continued_on_a_new_line(log):
         fh.seek(-1, os.SEEK_END)
         fh.truncate()
     audit.append(log, ev("uncordon"))
-    assert audit.verify(log)["ok"] and audit.verify(log)["entries"] == 5
+    assert audit_verify.verify(log)["ok"] and audit_verify.verify(log)["entries"] == 5
 
 
 @pytest.fixture
@@ -319,9 +319,9 @@ def resign(path, key):
 def test_checkpoints_are_signed_and_verified(signed, operators):
     recs = [json.loads(x) for x in lines(anchors_of(signed))]
     assert [r["seq"] for r in recs if r["type"] == "checkpoint"] == [2, 4]
-    res = audit.verify(signed, allowed_signers=operators["signers"])
+    res = audit_verify.verify(signed, allowed_signers=operators["signers"])
     assert res["ok"] and res["anchors"]["signers"] == ["ops-lead", "ops-lead"] and res["warnings"] == []
-    assert "not checked" in audit.verify(signed)["warnings"][0]
+    assert "not checked" in audit_verify.verify(signed)["warnings"][0]
     out = cli(signed, "--allowed-signers", operators["signers"])
     assert out.returncode == 0 and "2 checkpoints (signed by ops-lead)" in out.stdout
 
@@ -352,7 +352,7 @@ def drop_signature(path, operators):
 ])
 def test_forged_checkpoint_is_a_rewrite(signed, operators, forge, words):
     forge(signed, operators)
-    res = audit.verify(signed, allowed_signers=operators["signers"])
+    res = audit_verify.verify(signed, allowed_signers=operators["signers"])
     assert not res["ok"] and res["first_bad"]["kind"] == "rewritten"
     assert "checkpoint at seq 2" in res["first_bad"]["problem"] and words in res["first_bad"]["problem"]
     out = cli(signed, "--allowed-signers", operators["signers"])
@@ -378,7 +378,7 @@ def test_syslog_gets_every_head_and_a_failure_is_a_warning(tmp_path):
     assert got.startswith("<13>hybridgpu-audit: head ") and "seq=1 hash=%s" % res["head"]["hash"] in got
     res = audit.write(path, ev(), syslog_socket=str(tmp_path / "gone.sock"))
     assert res["syslog"] is False and "seq 2" in res["warnings"][0] and "not sent to syslog" in res["warnings"][0]
-    assert audit.verify(path)["ok"]
+    assert audit_verify.verify(path)["ok"]
 
 
 def run_module(args, check=False):
@@ -423,7 +423,7 @@ def test_anchor_record_cut_short_is_named_and_the_next_one_kept(log):
     with open(anchors_of(log), "ab") as fh:
         fh.write(b'{"type": "head", "se')
     audit.append(log, ev("uncordon"))
-    res = audit.verify(log)
+    res = audit_verify.verify(log)
     assert res["ok"] and res["anchors"]["heads"] == 5
     assert res["warnings"] == ["%s line 5 is not an anchor record" % anchors_of(log)]
 

@@ -15,7 +15,7 @@ import yaml
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import lifecycle_support as ls  # noqa: E402
 
-from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import approval  # noqa: E402
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import ledger  # noqa: E402
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.common.cmd import Result  # noqa: E402
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.lifecycle import driver_package as dp  # noqa: E402
 
@@ -165,15 +165,15 @@ def test_a_change_id_changes_a_node_once(people, tmp_path):
     first = play(people, tmp_path, {"record_path": path, "targets": both})
     assert not first.get("failed"), first.get("msg")
     assert first["approval"]["change_id"] == "CHG-DRV-1" and first["plan"]["install"] is False
-    ledger = tmp_path / "records" / "approvals" / "CHG-DRV-1.json"
-    assert json.loads(ledger.read_text())["executor"] == "ops-oncall"
+    entry = tmp_path / "records" / "approvals" / "CHG-DRV-1.json"
+    assert json.loads(entry.read_text())["executor"] == "ops-oncall"
     # the same interrupted run resumes
     assert not play(people, tmp_path, {"record_path": path, "targets": both}).get("failed")
     # another run under the same id does not
     res = play(people, tmp_path, {"record_path": path, "targets": ["localhost"]})
     assert res["failed"] and "CHG-DRV-1 was already used" in res["msg"] and "differs in targets" in res["msg"]
     # once the change was carried out on the node, the id cannot change its driver again
-    approval.mark_done(str(tmp_path / "records" / "approvals"), "CHG-DRV-1", "localhost", {"package": "bash"})
+    ledger.mark_done(str(tmp_path / "records" / "approvals"), "CHG-DRV-1", "localhost", {"package": "bash"})
     res = play(people, tmp_path, {"record_path": path, "targets": both, "version": "0.0-other"})
     assert res["failed"] and "CHG-DRV-1 already replaced the driver on this node" in res["msg"]
 
