@@ -38,6 +38,7 @@ ARGUMENT_SPEC = dict(
     boundary=dict(type="path"),
     boundary_signers=dict(type="str"),
     ledger_dir=dict(type="path"),
+    checkpoint_key=dict(type="path", no_log=False),
     awx_user=dict(type="str"),
     targets=dict(type="list", elements="str"),
     task_host=dict(type="str"),

@@ -89,6 +89,12 @@ options:
   ledger_dir:
     description: Set by the action plugin (the ledger of used change ids, in the pinned records folder); a task may not set it.
     type: path
+  checkpoint_key:
+    description:
+      - Set by the action plugin to the pinned audit checkpoint key (C(hgpu_audit_checkpoint_key), else
+        C(/etc/hybridgpu/audit_checkpoint_key) when it exists), which signs the head of the change id's claim;
+        a task may not set it.
+    type: path
   awx_user:
     description: Set by the action plugin from the AWX job; a task may not set it.
     type: str
@@ -166,6 +172,7 @@ ARGUMENT_SPEC = dict(
     boundary=dict(type="path"),
     boundary_signers=dict(type="str"),
     ledger_dir=dict(type="path"),
+    checkpoint_key=dict(type="path", no_log=False),
     awx_user=dict(type="str"),
     targets=dict(type="list", elements="str"),
     task_host=dict(type="str"),

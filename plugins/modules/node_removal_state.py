@@ -96,6 +96,12 @@ options:
   ledger_dir:
     description: Set by the action plugin (the used change ids ledger); a task may not set it.
     type: path
+  checkpoint_key:
+    description:
+      - Set by the action plugin to the pinned audit checkpoint key (C(hgpu_audit_checkpoint_key), else
+        C(/etc/hybridgpu/audit_checkpoint_key) when it exists), which signs the head of the change id's claim;
+        a task may not set it.
+    type: path
   task_host:
     description: Set by the action plugin to the host the task runs for (V(start)); a task may not set it.
     type: str
@@ -186,6 +192,7 @@ def main():
             boundary_signers=dict(type="str"),
             awx_user=dict(type="str"),
             ledger_dir=dict(type="path"),
+            checkpoint_key=dict(type="path", no_log=False),
             task_host=dict(type="str"),
             fail_unfinished=dict(type="bool", default=False),
         ),

@@ -233,9 +233,9 @@ def test_an_edited_state_snapshot_revokes_no_secret_the_signed_manifest_did_not_
     assert kube.get_secret("kube-system", secret) is not None
 
 
-def run_agents(people, tmp_path, record, *args):
+def run_agents(people, tmp_path, record, *args, host_vars=None):
     """Start (or resume) the removal of localhost, then its agents phase, as the role runs them."""
-    inv = inventory(people, tmp_path)
+    inv = inventory(people, tmp_path, **(host_vars or {}))
     book = tmp_path / "book.yml"
     book.write_text(yaml.safe_dump([{"name": "p", "hosts": "localhost", "gather_facts": False, "tasks": [
         start_task(tmp_path, "localhost", record),
@@ -380,3 +380,18 @@ def test_only_the_bootstrap_tokens_the_signed_manifest_recorded_are_deleted(peop
     assert "bootstrap token Secret kube-system/%s is not one the onboarding manifest of %s recorded" % (other, node) \
         in out.stdout, out.stdout[-3000:]
     assert kube.get_secret("kube-system", ours) is None, out.stdout[-3000:]
+
+
+def test_a_removal_under_the_pinned_checkpoint_key_signs_its_claim(people, tmp_path):
+    """With hgpu_audit_checkpoint_key set, the removal's steps take the pinned key: the claim's
+    head is signed and the approved file goes."""
+    ours = tmp_path / "agent.conf"
+    ours.write_text("written by onboarding\n")
+    key = ls.keygen(str(tmp_path / "checkpoint-key"), "audit checkpoints")
+    assert key
+    record = signed_record(people, tmp_path, "localhost", "CHG-ATK-KEY", write_manifest(tmp_path, "localhost", files=[ours]))
+    out = run_agents(people, tmp_path, record, host_vars={"hgpu_audit_checkpoint_key": str(tmp_path / "checkpoint-key")})
+    assert out.returncode == 0, out.stdout[-3000:]
+    assert not ours.exists()
+    anchors = (tmp_path / "records" / "audit" / "audit.jsonl.anchors").read_text()
+    assert '"type": "checkpoint"' in anchors or '"type":"checkpoint"' in anchors
