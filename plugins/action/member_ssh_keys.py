@@ -33,11 +33,8 @@ DECIDED = ("keys", "targets", "playbook")
 
 
 def checkpoint_key(action, task_vars):
-    """The pinned audit checkpoint key (inventory hgpu_audit_checkpoint_key, refused as an extra
-    var), or None for audit_anchor's default."""
-    value = pinned._inventory_value(action._loader, action._templar, task_vars,  # pylint: disable=protected-access
-                                    pinned.AUDIT_KEY_VAR)
-    return value if isinstance(value, str) and value else None
+    """The pinned audit checkpoint key (pinned.checkpoint_key), or None."""
+    return pinned.checkpoint_key(action._loader, action._templar, task_vars)  # pylint: disable=protected-access
 
 
 def revocation_steps(args):
