@@ -184,8 +184,8 @@ def check_newest(folder, boundary, now=None, check_mode=False):
         if signed_at < seen.get("signed_at", ""):
             raise ApprovalError(["boundary: %s was signed at %s, before the newest boundary already trusted here "
                                  "(signed at %s, first used at %s, %s); an older boundary may list approvers "
-                                 "whose keys were rotated out" % (boundary.filename, signed_at, seen.get("signed_at"),
-                                                                   seen.get("first_used_at"), path)])
+                                 "whose keys were rotated out"
+                                 % (boundary.filename, signed_at, seen.get("signed_at"), seen.get("first_used_at"), path)])
         if signed_at <= seen.get("signed_at", ""):
             return seen
     mine["first_used_at"] = _stamp(now)

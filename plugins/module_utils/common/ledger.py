@@ -55,7 +55,7 @@ def _chain_uses(folder, change_id, checkpoint_key, every):
     log = ledger_audit_log(folder)
     entries = []
     res = audit_verify.verify(log, checkpoint_key=checkpoint_key, checkpoint_every=every, ledger_dir=folder,
-                       all_signatures=False, entries_out=entries, head_checkpoint=False)
+                              all_signatures=False, entries_out=entries, head_checkpoint=False)
     if not res["ok"] and res["first_bad"]["kind"] != "missing":
         raise ApprovalError(["change_id: the audit log %s does not verify (%s: %s), so the uses of change ids "
                              "cannot be checked; nothing was changed (bin/hgpu-audit-verify %s)"
