@@ -146,6 +146,7 @@ import os
 
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import approval
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.lifecycle import removal as rm
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.lifecycle import removal_api
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.common.k8s import K8sError
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.common.k8s_module import K8sModule
 
@@ -215,7 +216,7 @@ def run(module):
             def factory(token):
                 return module.client({"host": p["server"], "api_key": token, "ca_cert": p["server_ca"],
                                       "request_timeout": 10.0}, retries=0)
-            refused, detail = rm.token_refused(factory, p["token_file"], p["name"])
+            refused, detail = removal_api.token_refused(factory, p["token_file"], p["name"])
             if not refused:
                 module.fail_json(msg="the revoked token of %s is NOT refused by %s: %s"
                                  % (p["name"], p["server"], detail), detail=detail)
@@ -227,19 +228,19 @@ def run(module):
             dummy, plan, state = _approved(p, check)
         kube = module.client()
         if p["state"] == "node_deleted":
-            changed = rm.delete_node(kube, p["name"], check)
+            changed = removal_api.delete_node(kube, p["name"], check)
             detail = "Node deleted" if changed else "Node already absent"
         elif p["state"] == "secret_revoked":
-            changed = rm.revoke_secret(kube, p["namespace"], p["name"], p["token_file"], check)
+            changed = removal_api.revoke_secret(kube, p["namespace"], p["name"], p["token_file"], check)
             detail = "Secret deleted" if changed else "Secret already absent"
         elif p["state"] == "csr_deleted":
-            changed = rm.delete_csr(kube, p["name"], check)
+            changed = removal_api.delete_csr(kube, p["name"], check)
             detail = "CSR deleted" if changed else "CSR already absent"
         elif p["state"] == "bootstrap_token_deleted":
-            changed = rm.delete_bootstrap_token(kube, p["name"], check)
+            changed = removal_api.delete_bootstrap_token(kube, p["name"], check)
             detail = "bootstrap token deleted" if changed else "bootstrap token already absent"
         else:
-            changed = rm.strip_placement(kube, p["name"], plan["labels"], plan["taints"], check)
+            changed = removal_api.strip_placement(kube, p["name"], plan["labels"], plan["taints"], check)
             detail = "labels/taints removed" if changed else "nothing to remove (or the Node is gone)"
     except (K8sError, rm.RemovalError, approval.ApprovalError, OSError) as err:
         module.fail_api(err, p["state"], "Node", p["name"])

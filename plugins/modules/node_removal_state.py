@@ -172,30 +172,33 @@ from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import mani
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.lifecycle import removal
 
 
+ARGUMENT_SPEC = dict(
+    root=dict(type="path", required=True),
+    node=dict(type="str", required=True),
+    change_id=dict(type="str"),
+    action=dict(type="str", default="report", choices=["start", "done", "report", "finish"]),
+    manifest_path=dict(type="path"),
+    step=dict(type="str", choices=list(removal.STEPS)),
+    details=dict(type="dict", default={}),
+    boundary=dict(type="path"),
+    record_path=dict(type="path"),
+    record_text=dict(type="str"),
+    signature=dict(type="str", no_log=False),
+    executor=dict(type="str"),
+    targets=dict(type="list", elements="str"),
+    playbook=dict(type="str", default="remove.yml"),
+    boundary_signers=dict(type="str"),
+    awx_user=dict(type="str"),
+    ledger_dir=dict(type="path"),
+    checkpoint_key=dict(type="path", no_log=False),
+    task_host=dict(type="str"),
+    fail_unfinished=dict(type="bool", default=False),
+)
+
+
 def main():
     module = AnsibleModule(
-        argument_spec=dict(
-            root=dict(type="path", required=True),
-            node=dict(type="str", required=True),
-            change_id=dict(type="str"),
-            action=dict(type="str", default="report", choices=["start", "done", "report", "finish"]),
-            manifest_path=dict(type="path"),
-            step=dict(type="str", choices=list(removal.STEPS)),
-            details=dict(type="dict", default={}),
-            boundary=dict(type="path"),
-            record_path=dict(type="path"),
-            record_text=dict(type="str"),
-            signature=dict(type="str", no_log=False),
-            executor=dict(type="str"),
-            targets=dict(type="list", elements="str"),
-            playbook=dict(type="str", default="remove.yml"),
-            boundary_signers=dict(type="str"),
-            awx_user=dict(type="str"),
-            ledger_dir=dict(type="path"),
-            checkpoint_key=dict(type="path", no_log=False),
-            task_host=dict(type="str"),
-            fail_unfinished=dict(type="bool", default=False),
-        ),
+        argument_spec=ARGUMENT_SPEC,
         required_if=[("action", "start", ("manifest_path", "boundary", "targets")),
                      ("action", "start", ("record_path", "record_text"), True),
                      ("action", "done", ("step", "change_id")), ("action", "report", ("change_id",)),

@@ -173,6 +173,28 @@ def digest(text):
 _COUNTER_RE = re.compile(r"counter packets \d+ bytes \d+")
 
 
+def tables_in(ruleset):
+    """{(family, name): text of the table block} parsed from `nft list ruleset` output."""
+    tables = {}
+    lines = (ruleset or "").splitlines()
+    i = 0
+    while i < len(lines):
+        m = re.match(r"^table\s+(\S+)\s+(\S+)\s*\{\s*$", lines[i])
+        if not m:
+            i += 1
+            continue
+        depth = 0
+        block = []
+        while i < len(lines):
+            block.append(lines[i])
+            depth += lines[i].count("{") - lines[i].count("}")
+            i += 1
+            if depth <= 0:
+                break
+        tables[(m.group(1), m.group(2))] = "\n".join(block) + "\n"
+    return tables
+
+
 def canonical_listing(text):
     """`nft list table` output with volatile parts (counters, handles) blanked."""
     text = _COUNTER_RE.sub("counter", text)

@@ -12,8 +12,8 @@
 - authorise(): what every step that acts runs first, at the moment it acts: the signed change
   record verified against the pinned signers for this node, and the plan computed from the
   manifest snapshot whose digest the record names (never from a plan or state the task hands it).
-- api: delete the Node (only when cordoned), revoke the node token Secret, prove a
-  revoked token gets 401, strip managed labels/taints.
+- the API calls (delete the Node only when cordoned, revoke the node token Secret, prove a
+  revoked token gets 401, strip managed labels/taints): removal_api.py.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import json
 import os
 import re
 
-from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import manifest as mf
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import manifest as mf, nft
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.lifecycle import removal_page
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.lifecycle.removal_page import STEPS
 
@@ -39,28 +39,6 @@ def utcnow():
 
 
 # -- plan --------------------------------------------------------------------------------
-
-def nft_tables_in(ruleset):
-    """{(family, name): text of the table block} parsed from `nft list ruleset` output."""
-    tables = {}
-    lines = (ruleset or "").splitlines()
-    i = 0
-    while i < len(lines):
-        m = re.match(r"^table\s+(\S+)\s+(\S+)\s*\{\s*$", lines[i])
-        if not m:
-            i += 1
-            continue
-        depth = 0
-        block = []
-        while i < len(lines):
-            block.append(lines[i])
-            depth += lines[i].count("{") - lines[i].count("}")
-            i += 1
-            if depth <= 0:
-                break
-        tables[(m.group(1), m.group(2))] = "\n".join(block) + "\n"
-    return tables
-
 
 def _api_list(art, node):
     """The plan's list an API object of the manifest goes to."""
@@ -145,7 +123,7 @@ def plan(doc):
     out["directories"] = sorted(set(out["directories"]), key=lambda p: (-p.count("/"), p))
     # tables the node had before onboarding: restored when missing afterwards
     ours = set((t["family"], t["name"]) for t in out["nft_tables"])
-    for (family, name), text in sorted(nft_tables_in(pre.get("nft_ruleset")).items()):
+    for (family, name), text in sorted(nft.tables_in(pre.get("nft_ruleset")).items()):
         out["restore"]["nft_tables"].append({"family": family, "name": name, "text": text,
                                              "replaced_by_onboarding": (family, name) in ours})
     # the units onboarding added are not part of the standalone stack
@@ -154,11 +132,6 @@ def plan(doc):
 
 
 # -- state file --------------------------------------------------------------------------
-
-def _write_json(path, doc, mode=0o640):
-    """The state and its page beside it (removal_page)."""
-    removal_page.write(path, doc, mode=mode)
-
 
 def _safe(name):
     if not re.match(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$", name or ""):
@@ -219,7 +192,7 @@ class RemovalState(object):
                     "started_at": utcnow(), "finished_at": None, "steps": {},
                     "approval": approval or {}, "manifest": copy.deepcopy(manifest_doc)}
         if not check_mode:
-            _write_json(self.path, self.doc)
+            removal_page.write(self.path, self.doc, mode=0o640)
         return True
 
     def mark(self, step, details=None, check_mode=False):
@@ -235,7 +208,7 @@ class RemovalState(object):
         if step == "verify":
             self.doc["finished_at"] = self.doc["steps"][step]["done_at"]
         if not check_mode:
-            _write_json(self.path, self.doc)
+            removal_page.write(self.path, self.doc, mode=0o640)
         return True
 
     def report(self):
@@ -408,89 +381,3 @@ def validate(p):
     if problems:
         raise RemovalError("the removal plan of %s is refused: %s; nothing was changed" % (p["node"], "; ".join(problems)))
     return p
-
-
-# -- API ---------------------------------------------------------------------------------
-
-def delete_node(kube, name, check_mode=False):
-    """Delete the Node, refusing one that is not cordoned (a drain that did not happen or
-    failed leaves it schedulable). Returns changed."""
-    node = kube.get_node(name)
-    if node is None:
-        return False
-    if not (node.get("spec") or {}).get("unschedulable"):
-        raise RemovalError("Node %s is not cordoned: the drain did not complete, so it is not "
-                           "deleted (kubespray #7137)" % name)
-    if check_mode:
-        return True
-    return kube.delete_node(name)
-
-
-def revoke_secret(kube, namespace, name, token_file, check_mode=False):
-    """Keep the token for the refusal check (0600 on the control host), then delete the
-    Secret. Returns changed."""
-    secret = kube.get_secret(namespace, name)
-    if secret is None:
-        return False
-    if check_mode:
-        return True
-    token = ((secret.get("data") or {}).get("token")) or ""
-    if token:
-        import base64
-        _write_json(token_file, {"namespace": namespace, "name": name,
-                                 "token": base64.b64decode(token).decode("utf-8")}, mode=0o600)
-    return kube.delete_secret(namespace, name)
-
-
-def token_refused(kube_factory, token_file, node):
-    """Try the revoked token again. Returns (refused, detail)."""
-    from ansible_collections.hybridgpu.fleet.plugins.module_utils.common.k8s import K8sError
-    try:
-        with open(token_file, encoding="utf-8") as fh:
-            token = json.load(fh)["token"]
-    except (OSError, ValueError, KeyError) as err:
-        return False, "no revoked token to try at %s (%s)" % (token_file, err)
-    kube = kube_factory(token)
-    try:
-        kube.get_node(node)
-    except K8sError as err:
-        if err.status == 401:
-            return True, "401 Unauthorized"
-        if err.status is None:
-            return False, "API not reachable: %s" % err
-        return False, "API answered %s (the token still authenticates)" % err.status
-    return False, "API accepted the revoked token"
-
-
-def strip_placement(kube, name, labels, taints, check_mode=False):
-    """Remove the managed labels and taints when the Node still exists. Returns changed."""
-    node = kube.get_node(name)
-    if node is None:
-        return False
-    have = (node.get("metadata") or {}).get("labels") or {}
-    drop = [k for k in labels if k in have]
-    cur = (node.get("spec") or {}).get("taints") or []
-    gone = set((t["key"], t["effect"]) for t in taints)
-    keep = [t for t in cur if (t.get("key"), t.get("effect")) not in gone]
-    if not drop and len(keep) == len(cur):
-        return False
-    if not check_mode:
-        patch = {"metadata": {"labels": dict((k, None) for k in drop)}}
-        if len(keep) != len(cur):
-            patch["spec"] = {"taints": keep or None}
-        kube.patch_node(name, patch, patch_type="merge")
-    return True
-
-
-def delete_csr(kube, name, check_mode=False):
-    """Delete a CertificateSigningRequest of the join. Returns changed."""
-    if kube.get_csr(name) is None:
-        return False
-    return True if check_mode else kube.delete_csr(name)
-
-
-def delete_bootstrap_token(kube, name, check_mode=False):
-    """Delete a bootstrap token Secret (kube-system), which revokes the token. Returns changed."""
-    if kube.get_secret("kube-system", name) is None:
-        return False
-    return True if check_mode else kube.delete_secret("kube-system", name)

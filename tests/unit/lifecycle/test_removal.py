@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import manifest
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import manifest, nft
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.lifecycle import node_checks
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.lifecycle import removal
 
@@ -130,7 +130,7 @@ def test_no_manifest_and_no_state_changes_nothing(tmp_path):
 
 def test_nft_table_blocks_are_parsed():
     text = PRE["nft_ruleset"] + "table ip nat {\n}\n"
-    assert sorted(removal.nft_tables_in(text)) == [("inet", "site"), ("ip", "nat")]
+    assert sorted(nft.tables_in(text)) == [("inet", "site"), ("ip", "nat")]
 
 
 def fake_node(units_active, dpkg_lines, tables, smi_rc=0, unit_loaded=(), on_demand=()):

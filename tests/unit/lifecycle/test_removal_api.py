@@ -19,7 +19,7 @@ if LAB not in sys.path:
 import labpki  # noqa: E402
 
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.common.k8s import Kube  # noqa: E402
-from ansible_collections.hybridgpu.fleet.plugins.module_utils.lifecycle import removal  # noqa: E402
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.lifecycle import removal_api  # noqa: E402
 
 NODE_NAME_ANNOTATION = "hybridgpu.io/node-name"
 SA_TOKEN_TYPE = "kubernetes.io/service-account-token"
@@ -66,19 +66,19 @@ def make_node_secret(kube, node):
 def test_delete_node_refuses_a_node_that_is_not_cordoned(api):
     kube = api["kube"]()
     name = make_node(kube, cordoned=False)
-    with pytest.raises(removal.RemovalError, match="Node %s is not cordoned" % name):
-        removal.delete_node(kube, name)
+    with pytest.raises(removal_api.RemovalError, match="Node %s is not cordoned" % name):
+        removal_api.delete_node(kube, name)
     assert kube.get_node(name) is not None
 
 
 def test_delete_node_check_mode_then_real_then_again(api):
     kube = api["kube"]()
     name = make_node(kube)
-    assert removal.delete_node(kube, name, check_mode=True) is True
+    assert removal_api.delete_node(kube, name, check_mode=True) is True
     assert kube.get_node(name) is not None
-    assert removal.delete_node(kube, name) is True
+    assert removal_api.delete_node(kube, name) is True
     assert kube.get_node(name) is None
-    assert removal.delete_node(kube, name) is False
+    assert removal_api.delete_node(kube, name) is False
 
 
 # -- revoke_secret and token_refused ---------------------------------------------------------------
@@ -87,16 +87,16 @@ def test_revoke_secret_keeps_the_token_then_deletes_the_secret(api, tmp_path):
     node = make_node(kube)
     secret, token = make_node_secret(kube, node)
     token_file = str(tmp_path / "revoked.json")
-    assert removal.revoke_secret(kube, "kube-system", secret, token_file, check_mode=True) is True
+    assert removal_api.revoke_secret(kube, "kube-system", secret, token_file, check_mode=True) is True
     assert not os.path.exists(token_file)
     assert kube.get_secret("kube-system", secret) is not None
 
-    assert removal.revoke_secret(kube, "kube-system", secret, token_file) is True
+    assert removal_api.revoke_secret(kube, "kube-system", secret, token_file) is True
     assert kube.get_secret("kube-system", secret) is None
     with open(token_file) as fh:
         assert json.load(fh) == {"namespace": "kube-system", "name": secret, "token": token}
     assert stat.S_IMODE(os.stat(token_file).st_mode) == 0o600
-    assert removal.revoke_secret(kube, "kube-system", secret, token_file) is False
+    assert removal_api.revoke_secret(kube, "kube-system", secret, token_file) is False
 
 
 def test_token_refused_only_when_the_api_answers_401(api, tmp_path):
@@ -110,14 +110,14 @@ def test_token_refused_only_when_the_api_answers_401(api, tmp_path):
 
     # the Secret still exists: its token authenticates, so it is not refused
     assert api["kube"](token).get_node(node)["metadata"]["name"] == node
-    assert removal.token_refused(factory, token_file, node) == (False, "API accepted the revoked token")
+    assert removal_api.token_refused(factory, token_file, node) == (False, "API accepted the revoked token")
 
-    removal.revoke_secret(kube, "kube-system", secret, str(tmp_path / "kept.json"))
-    assert removal.token_refused(factory, token_file, node) == (True, "401 Unauthorized")
+    removal_api.revoke_secret(kube, "kube-system", secret, str(tmp_path / "kept.json"))
+    assert removal_api.token_refused(factory, token_file, node) == (True, "401 Unauthorized")
 
 
 def test_token_refused_is_false_without_a_token_or_an_api(api, tmp_path):
-    refused, detail = removal.token_refused(api["kube"], str(tmp_path / "absent.json"), "n1")
+    refused, detail = removal_api.token_refused(api["kube"], str(tmp_path / "absent.json"), "n1")
     assert refused is False and "no revoked token to try" in detail
 
     token_file = str(tmp_path / "revoked.json")
@@ -126,7 +126,7 @@ def test_token_refused_is_false_without_a_token_or_an_api(api, tmp_path):
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         closed = "https://127.0.0.1:%d" % sock.getsockname()[1]
-    refused, detail = removal.token_refused(lambda token: api["kube"](token, host=closed), token_file, "n1")
+    refused, detail = removal_api.token_refused(lambda token: api["kube"](token, host=closed), token_file, "n1")
     assert refused is False and detail.startswith("API not reachable")
 
 
@@ -142,21 +142,21 @@ def test_strip_placement_removes_only_the_managed_labels_and_taints(api):
     managed_labels = ["hybridgpu.io/side", "hybridgpu.io/pool"]
     managed_taints = [{"key": "hybridgpu.io/owned", "effect": "PreferNoSchedule"}]
 
-    assert removal.strip_placement(kube, name, managed_labels, managed_taints, check_mode=True) is True
+    assert removal_api.strip_placement(kube, name, managed_labels, managed_taints, check_mode=True) is True
     node = kube.get_node(name)
     assert node["metadata"]["labels"]["hybridgpu.io/side"] == "owned" and len(node["spec"]["taints"]) == 2
 
-    assert removal.strip_placement(kube, name, managed_labels, managed_taints) is True
+    assert removal_api.strip_placement(kube, name, managed_labels, managed_taints) is True
     node = kube.get_node(name)
     assert node["metadata"]["labels"] == {"site.example/rack": "r7", "kubernetes.io/hostname": name}
     assert node["spec"]["taints"] == [{"key": "site.example/maintenance", "effect": "NoSchedule"}]
-    assert removal.strip_placement(kube, name, managed_labels, managed_taints) is False
+    assert removal_api.strip_placement(kube, name, managed_labels, managed_taints) is False
 
 
 def test_strip_placement_removes_the_last_taint_and_skips_a_deleted_node(api):
     kube = api["kube"]()
     name = make_node(kube, labels={"hybridgpu.io/side": "owned"}, taints=TAINTS[:1])
-    assert removal.strip_placement(kube, name, [], TAINTS[:1]) is True
+    assert removal_api.strip_placement(kube, name, [], TAINTS[:1]) is True
     assert not (kube.get_node(name)["spec"].get("taints") or [])
     assert kube.get_node(name)["metadata"]["labels"]["hybridgpu.io/side"] == "owned"
-    assert removal.strip_placement(kube, "rm-absent", ["hybridgpu.io/side"], TAINTS) is False
+    assert removal_api.strip_placement(kube, "rm-absent", ["hybridgpu.io/side"], TAINTS) is False
