@@ -27,6 +27,7 @@ def up(args):
     ref, built = step("node image", image.ensure_images)
     step("ssh key", nodes.ensure_ssh_key)
     step("boundary signer", nodes.ensure_boundary_signer)
+    step("audit checkpoint key", nodes.ensure_audit_checkpoint_key)
     step("network", nodes.ensure_network)
     repo_changed = False
     if not args.no_packages:

@@ -59,6 +59,22 @@ def ensure_boundary_signer():
     return sign_lab_boundary(key, signers) or made
 
 
+def ensure_audit_checkpoint_key():
+    """The key that signs the audit log's checkpoints (<lab dir>/approvers/audit-checkpoint, read
+    by inventories/lab as hgpu_audit_checkpoint_key), as a site pins one: every append of the
+    lab's records signs the new head, and verification requires the checkpoints."""
+    folder = config.path("approvers")
+    key = os.path.join(folder, "audit-checkpoint")
+    os.makedirs(folder, mode=0o700, exist_ok=True)
+    if os.path.exists(key) and os.path.exists(key + ".pub"):
+        return False
+    for p in (key, key + ".pub"):
+        if os.path.exists(p):
+            os.unlink(p)
+    run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "hybridgpu-lab audit checkpoints", "-f", key])
+    return True
+
+
 # The lab's access boundary (inventories/lab/preflight/boundary.yml, hgpu_boundary_path) is signed
 # by the lab's security owner as a site's is: boundary.yml.sig beside it (git-ignored).
 LAB_BOUNDARY = os.path.join(config.ROOT, "inventories", "lab", "preflight", "boundary.yml")
