@@ -382,7 +382,9 @@ def test_syslog_gets_every_head_and_a_failure_is_a_warning(tmp_path):
 
 
 def run_module(args, check=False):
-    env = dict(os.environ, ANSIBLE_STDOUT_CALLBACK="json", ANSIBLE_LOAD_CALLBACK_PLUGINS="1")
+    # the repository's configuration, no inventory: make test's lab inventory pins another checkpoint key
+    env = dict(os.environ, ANSIBLE_STDOUT_CALLBACK="json", ANSIBLE_LOAD_CALLBACK_PLUGINS="1",
+               ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"))
     cmd = [os.path.join(os.path.dirname(sys.executable), "ansible"), "localhost", "-c", "local",
            "-m", "hybridgpu.fleet.audit_log", "-a", json.dumps(args)] + (["--check"] if check else [])
     out = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=120, check=False)
