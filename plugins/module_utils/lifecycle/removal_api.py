@@ -39,8 +39,8 @@ def revoke_secret(kube, namespace, name, token_file, check_mode=False):
         return True
     token = ((secret.get("data") or {}).get("token")) or ""
     if token:
-        removal_page.write(token_file, {"namespace": namespace, "name": name,
-                                 "token": base64.b64decode(token).decode("utf-8")}, mode=0o600)
+        kept = {"namespace": namespace, "name": name, "token": base64.b64decode(token).decode("utf-8")}
+        removal_page.write(token_file, kept, mode=0o600)
     return kube.delete_secret(namespace, name)
 
 
