@@ -22,6 +22,18 @@ options:
   executor:
     description: Person id running the change (outside AWX; under AWX the launching user).
     type: str
+notes:
+  - The action plugin verifies the record for this node before the module runs (the same check as
+    M(hybridgpu.fleet.change_approval)) - the boundary signed by the pinned boundary signers, the
+    approver, the playbook, the targets, the window, the executor (the AWX user under AWX) and the
+    ledger of change ids - so skipping the play's approval task (C(--start-at-task), C(--skip-tags))
+    does not skip it. A run whose extra vars carry trust (the boundary, the records folder, a verified
+    change or plan) is refused.
+"""
+
+    # The run's targets and the pinned boundary, for modules that change a node the record names.
+    TARGETS = r"""
+options:
   targets:
     description:
       - Every host of this run; the node must be one, and each must be in the record's targets.
@@ -33,11 +45,4 @@ options:
       - Set by the action plugin to the pinned access boundary (C(/etc/hybridgpu/boundary.yml), else
         the inventory's C(hgpu_boundary_path)); a task may not set it.
     type: path
-notes:
-  - The action plugin verifies the record for this node before the module runs (the same check as
-    M(hybridgpu.fleet.change_approval)) - the boundary signed by the pinned boundary signers, the
-    approver, the playbook, the targets, the window, the executor (the AWX user under AWX) and the
-    ledger of change ids - so skipping the play's approval task (C(--start-at-task), C(--skip-tags))
-    does not skip it. A run whose extra vars carry trust (the boundary, the records folder, a verified
-    change or plan) is refused.
 """

@@ -26,6 +26,7 @@ description:
 extends_documentation_fragment:
   - hybridgpu.fleet.attributes
   - hybridgpu.fleet.change_record
+  - hybridgpu.fleet.change_record.targets
 options:
   package:
     description: Driver package to install (it replaces any other driver package it conflicts with).

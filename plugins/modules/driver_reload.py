@@ -28,6 +28,7 @@ description:
 extends_documentation_fragment:
   - hybridgpu.fleet.attributes
   - hybridgpu.fleet.change_record
+  - hybridgpu.fleet.change_record.targets
 options:
   playbook:
     description: The playbook of this run; must be the record's C(playbook).

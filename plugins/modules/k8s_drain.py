@@ -27,6 +27,7 @@ extends_documentation_fragment:
   - hybridgpu.fleet.attributes
   - hybridgpu.fleet.k8s_auth
   - hybridgpu.fleet.change_record
+  - hybridgpu.fleet.change_record.targets
 options:
   name:
     description: Node name; it must be one of the record's targets.

@@ -28,6 +28,7 @@ description:
   - Every object is read first (what is gone already is reported in RV(absent), so a rerun
     changes nothing) and read again after the delete; one still there fails the task.
 extends_documentation_fragment:
+  - hybridgpu.fleet.change_record
   - hybridgpu.fleet.attributes
   - hybridgpu.fleet.k8s_auth
 options:
@@ -35,18 +36,6 @@ options:
     description: Person id of the member whose access is revoked; must be the record's C(member).
     type: str
     required: true
-  record_path:
-    description: The change record file on the control host; its signature is C(record_path) with C(.sig) appended.
-    type: path
-  record_text:
-    description: The change record as text, byte for byte as it was signed (AWX).
-    type: str
-  signature:
-    description: The record's armoured signature text (with O(record_text)).
-    type: str
-  executor:
-    description: Person id running the change (outside AWX; under AWX the launching user).
-    type: str
   items:
     description:
       - Set by the action plugin to the verified boundary's entries for O(member) in O(context); a task

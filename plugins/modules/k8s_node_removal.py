@@ -33,6 +33,7 @@ description:
     until it expires. The removal records its serial and expiry as residual validity and
     removes every copy of its key from the node (C(kubeadm reset)).
 extends_documentation_fragment:
+  - hybridgpu.fleet.change_record
   - hybridgpu.fleet.attributes
   - hybridgpu.fleet.k8s_auth
 options:
@@ -63,18 +64,6 @@ options:
     type: path
   node:
     description: The node being removed; defaults to O(name). Must be the host the task runs for.
-    type: str
-  record_path:
-    description: The change record file; its signature is C(record_path) with C(.sig) appended.
-    type: path
-  record_text:
-    description: The change record as text, byte for byte as it was signed (AWX).
-    type: str
-  signature:
-    description: The record's armoured signature text (with O(record_text)).
-    type: str
-  executor:
-    description: Person id running the removal (outside AWX; under AWX the launching user).
     type: str
   playbook:
     description: The playbook of this run; must be the record's C(playbook).

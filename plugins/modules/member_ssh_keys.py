@@ -30,6 +30,7 @@ description:
     sends the same event to the node's journal (C(logger -t hybridgpu-audit)). A rerun removes
     nothing and writes nothing.
 extends_documentation_fragment:
+  - hybridgpu.fleet.change_record
   - hybridgpu.fleet.attributes
 options:
   member:
@@ -47,18 +48,6 @@ options:
         may not set it.
     type: list
     elements: str
-  record_path:
-    description: The change record file on the control host; its signature is C(record_path) with C(.sig) appended.
-    type: path
-  record_text:
-    description: The change record as text, byte for byte as it was signed (AWX).
-    type: str
-  signature:
-    description: The record's armoured signature text (with O(record_text)).
-    type: str
-  executor:
-    description: Person id running the change (outside AWX; under AWX the launching user).
-    type: str
 attributes:
   check_mode:
     support: full

@@ -41,6 +41,7 @@ description:
     API guard there (M(hybridgpu.fleet.api_guard), O(api_guard_table)). It runs on every run of a
     removal, also after the removal finished (the record is still verified, window included).
 extends_documentation_fragment:
+  - hybridgpu.fleet.change_record
   - hybridgpu.fleet.attributes
 options:
   phase:
@@ -50,18 +51,6 @@ options:
     choices: [stop_agent, credentials, agents, firewall, restore, api_guard]
   node:
     description: The node being removed; must be the host the task runs for.
-    type: str
-  record_path:
-    description: The change record file; its signature is C(record_path) with C(.sig) appended.
-    type: path
-  record_text:
-    description: The change record as text, byte for byte as it was signed (AWX).
-    type: str
-  signature:
-    description: The record's armoured signature text (with O(record_text)).
-    type: str
-  executor:
-    description: Person id running the removal (outside AWX; under AWX the launching user).
     type: str
   playbook:
     description: The playbook of this run; must be the record's C(playbook).
