@@ -21,10 +21,6 @@ from hgpu_testenv import ROOT, run_module
 sys.path.insert(0, os.path.join(ROOT, "tests", "unit", "lifecycle"))
 import lifecycle_support as ls  # noqa: E402
 
-LAB = os.path.join(ROOT, "tests", "lab")
-if LAB not in sys.path:
-    sys.path.insert(0, LAB)
-import labpki  # noqa: E402
 
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import manifest  # noqa: E402
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.common.k8s import Kube  # noqa: E402
@@ -41,18 +37,9 @@ def people(tmp_path_factory):
 @pytest.fixture(scope="module")
 def api(tmp_path_factory):
     """An in-process API emulator on 127.0.0.1 and the connection options of the modules."""
-    from k8s_emulator import serve  # pylint: disable=import-outside-toplevel
-    work = str(tmp_path_factory.mktemp("emu"))
-    ca, dummy = labpki.make_ca(work)
-    crt, key = labpki.make_server_cert(work, work, ["127.0.0.1", "localhost"])
-    admin = secrets.token_hex(16)
-    tokens = os.path.join(work, "tokens.csv")
-    with open(tokens, "w") as fh:
-        fh.write('%s,admin,admin-uid,"system:masters"\n' % admin)
-    srv = serve(cluster="trust", binds=["127.0.0.1"], port=0, cert=crt, key=key, token_file=tokens, node_grace=3600.0)
-    kube = Kube({"host": srv.url, "api_key": admin, "ca_cert": ca, "request_timeout": 5}, retries=0,
-                sleep=lambda s: None)
-    yield {"kube": kube, "conn": {"host": srv.url, "api_key": admin, "ca_cert": ca}}
+    srv, conn = ls.emulator(str(tmp_path_factory.mktemp("emu")), "trust")
+    kube = Kube(dict(conn, request_timeout=5), retries=0, sleep=lambda s: None)
+    yield {"kube": kube, "conn": conn}
     srv.stop()
 
 

@@ -135,3 +135,21 @@ def write_record(directory, name, text, signer_key=None):
         subprocess.run([sys.executable, SIGN, "sign", path, "--key", signer_key], check=True,
                        capture_output=True, text=True)
     return path
+
+
+def emulator(work, cluster):
+    """An in-process API emulator on 127.0.0.1 (its own CA and an admin token), for the attack
+    tests that assert an object still exists. Returns (server, {"host", "api_key", "ca_cert"});
+    the caller stops the server."""
+    import secrets  # pylint: disable=import-outside-toplevel
+    sys.path.insert(0, os.path.join(REPO, "tests", "lab"))
+    import labpki  # pylint: disable=import-outside-toplevel
+    from k8s_emulator import serve  # pylint: disable=import-outside-toplevel
+    ca, dummy = labpki.make_ca(work)
+    crt, key = labpki.make_server_cert(work, work, ["127.0.0.1", "localhost"])
+    admin = secrets.token_hex(16)
+    tokens = os.path.join(work, "tokens.csv")
+    with open(tokens, "w") as fh:
+        fh.write('%s,admin,admin-uid,"system:masters"\n' % admin)
+    srv = serve(cluster=cluster, binds=["127.0.0.1"], port=0, cert=crt, key=key, token_file=tokens, node_grace=3600.0)
+    return srv, {"host": srv.url, "api_key": admin, "ca_cert": ca}

@@ -3,7 +3,6 @@ objects revoked are the ones the verified boundary lists for the member, never o
 the launcher names. Each attack runs through the playbook or the module in a play
 (ansible-playbook on localhost, real signatures) and asserts that the other object still exists."""
 import os
-import secrets
 import sys
 
 import pytest
@@ -13,10 +12,6 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import revoke_support as rs  # noqa: E402
 import lifecycle_support as ls  # noqa: E402
 
-LAB = os.path.join(rs.REPO, "tests", "lab")
-if LAB not in sys.path:
-    sys.path.insert(0, LAB)
-import labpki  # noqa: E402
 
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.common.k8s import Kube  # noqa: E402
 
@@ -30,22 +25,15 @@ KUBE_TASK = "Revoke the member's Kubernetes objects in each context"
 @pytest.fixture(scope="module")
 def api(tmp_path_factory):
     """An in-process API emulator on 127.0.0.1 and a kubeconfig whose context onprem reaches it."""
-    from k8s_emulator import serve  # pylint: disable=import-outside-toplevel
     work = str(tmp_path_factory.mktemp("emu"))
-    ca, dummy = labpki.make_ca(work)
-    crt, key = labpki.make_server_cert(work, work, ["127.0.0.1", "localhost"])
-    admin = secrets.token_hex(16)
-    tokens = os.path.join(work, "tokens.csv")
-    with open(tokens, "w") as fh:
-        fh.write('%s,admin,admin-uid,"system:masters"\n' % admin)
-    srv = serve(cluster="revoke", binds=["127.0.0.1"], port=0, cert=crt, key=key, token_file=tokens, node_grace=3600.0)
+    srv, conn = ls.emulator(work, "revoke")
     kubeconfig = os.path.join(work, "kubeconfig")
     with open(kubeconfig, "w") as fh:
         yaml.safe_dump({"apiVersion": "v1", "kind": "Config", "current-context": "onprem",
-                        "clusters": [{"name": "onprem", "cluster": {"server": srv.url, "certificate-authority": ca}}],
-                        "users": [{"name": "admin", "user": {"token": admin}}],
+                        "clusters": [{"name": "onprem", "cluster": {"server": srv.url, "certificate-authority": conn["ca_cert"]}}],
+                        "users": [{"name": "admin", "user": {"token": conn["api_key"]}}],
                         "contexts": [{"name": "onprem", "context": {"cluster": "onprem", "user": "admin"}}]}, fh)
-    kube = Kube({"host": srv.url, "api_key": admin, "ca_cert": ca, "request_timeout": 5}, retries=0, sleep=lambda s: None)
+    kube = Kube(dict(conn, request_timeout=5), retries=0, sleep=lambda s: None)
     yield {"kube": kube, "kubeconfig": kubeconfig}
     srv.stop()
 
