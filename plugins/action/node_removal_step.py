@@ -20,29 +20,21 @@ from ansible.plugins.action import ActionBase
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import approval
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.lifecycle import removal
 from ansible_collections.hybridgpu.fleet.plugins.plugin_utils.removal_run import run_args
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.common.record_options import record_options, pinned_options
 
 ARGUMENT_SPEC = dict(
     phase=dict(type="str", required=True,
                choices=["stop_agent", "credentials", "agents", "firewall", "restore", "api_guard"]),
     node=dict(type="str"),
-    record_path=dict(type="path"),
-    record_text=dict(type="str"),
-    signature=dict(type="str", no_log=False),
-    executor=dict(type="str"),
     playbook=dict(type="str", default="remove.yml"),
     agent_unit=dict(type="str", default="kubelet.service"),
     address=dict(type="str"),
     api_guard_table=dict(type="str", default="hybridgpu_api_guard"),
     api_guard_boot=dict(type="bool", default=True),
-    # set by the plugin (removal_run.run_args)
-    boundary=dict(type="path"),
-    boundary_signers=dict(type="str"),
-    ledger_dir=dict(type="path"),
-    checkpoint_key=dict(type="path", no_log=False),
-    awx_user=dict(type="str"),
-    targets=dict(type="list", elements="str"),
-    task_host=dict(type="str"),
 )
+ARGUMENT_SPEC.update(record_options())
+# set by the plugin (removal_run.run_args)
+ARGUMENT_SPEC.update(pinned_options())
 # A removed file under these is a unit file or drop-in: systemd is reloaded after it.
 SYSTEMD_FOLDERS = ("/etc/systemd/", "/lib/systemd/", "/usr/lib/systemd/", "/run/systemd/")
 # Where kubeadm keeps the kubelet's client certificate when the manifest names none.

@@ -110,6 +110,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import cmd
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.lifecycle import driver_package as dp
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.common.record_options import record_options
 
 ARGUMENT_SPEC = dict(
     package=dict(type="str", required=True),
@@ -118,16 +119,11 @@ ARGUMENT_SPEC = dict(
     hold=dict(type="bool", default=True),
     companion_prefix=dict(type="str", default="nvidia-fabricmanager-"),
     branch=dict(type="str", default=""),
-    boundary=dict(type="path"),
-    record_path=dict(type="path"),
-    record_text=dict(type="str"),
-    signature=dict(type="str", no_log=False),
-    executor=dict(type="str"),
-    targets=dict(type="list", elements="str"),
     playbook=dict(type="str", default="upgrade_rehearsal.yml"),
     approval=dict(type="dict"),
     done_at=dict(type="str"),
 )
+ARGUMENT_SPEC.update(record_options())
 
 
 def authorised(approval):

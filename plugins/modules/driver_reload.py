@@ -143,6 +143,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import cmd
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.lifecycle import driver_reload as dr
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.common.record_options import record_options
 
 NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 UNIT = re.compile(r"^[A-Za-z0-9@._:-]{1,128}\.(service|socket)$")
@@ -158,15 +159,10 @@ ARGUMENT_SPEC = dict(
                     default=["nvidia-persistenced.service", "nvidia-dcgm.service", "dcgm.service",
                              "nvidia-fabricmanager.service"]),
     device_glob=dict(type="str", default="/dev/nvidia*"),
-    boundary=dict(type="path"),
-    record_path=dict(type="path"),
-    record_text=dict(type="str"),
-    signature=dict(type="str", no_log=False),
-    executor=dict(type="str"),
-    targets=dict(type="list", elements="str"),
     playbook=dict(type="str", default="upgrade_rehearsal.yml"),
     approval=dict(type="dict"),
 )
+ARGUMENT_SPEC.update(record_options())
 
 
 def check_inputs(module, p):

@@ -157,6 +157,7 @@ duration_s:
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.lifecycle.drain import Drainer
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.common.k8s import K8sError
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.common.k8s_module import K8sModule
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.common.record_options import record_options
 
 
 ARGUMENT_SPEC = dict(
@@ -169,13 +170,8 @@ ARGUMENT_SPEC = dict(
     force_delete=dict(type="bool", default=False),
     force_after=dict(type="float", default=30.0),
     change_action=dict(type="str", required=True, choices=["remove", "driver_upgrade"]),
-    boundary=dict(type="path"),
-    record_path=dict(type="path"),
-    record_text=dict(type="str"),
-    signature=dict(type="str", no_log=False),
-    executor=dict(type="str"),
-    targets=dict(type="list", elements="str"),
 )
+ARGUMENT_SPEC.update(record_options())
 
 
 def run(module):

@@ -138,6 +138,7 @@ from ansible_collections.hybridgpu.fleet.plugins.module_utils.lifecycle import r
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.lifecycle import removal_api
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.common.k8s import K8sError
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.common.k8s_module import K8sModule
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.common.record_options import record_options, pinned_options
 
 
 # the removal plan's list an object of each state must be in
@@ -154,19 +155,10 @@ ARGUMENT_SPEC = dict(
     server=dict(type="str"),
     server_ca=dict(type="path"),
     node=dict(type="str"),
-    record_path=dict(type="path"),
-    record_text=dict(type="str"),
-    signature=dict(type="str", no_log=False),
-    executor=dict(type="str"),
     playbook=dict(type="str", default="remove.yml"),
-    boundary=dict(type="path"),
-    boundary_signers=dict(type="str"),
-    ledger_dir=dict(type="path"),
-    checkpoint_key=dict(type="path", no_log=False),
-    awx_user=dict(type="str"),
-    targets=dict(type="list", elements="str"),
-    task_host=dict(type="str"),
 )
+ARGUMENT_SPEC.update(record_options())
+ARGUMENT_SPEC.update(pinned_options())
 SPEC_OPTIONS = dict(required_if=[("state", "secret_revoked", ("token_file",)),
                                  ("state", "token_refused", ("token_file", "server"))],
                     mutually_exclusive=[("record_path", "record_text")])

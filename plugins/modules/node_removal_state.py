@@ -170,6 +170,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import approval
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.common import manifest
 from ansible_collections.hybridgpu.fleet.plugins.module_utils.lifecycle import removal
+from ansible_collections.hybridgpu.fleet.plugins.module_utils.common.record_options import record_options, pinned_options
 
 
 ARGUMENT_SPEC = dict(
@@ -180,20 +181,11 @@ ARGUMENT_SPEC = dict(
     manifest_path=dict(type="path"),
     step=dict(type="str", choices=list(removal.STEPS)),
     details=dict(type="dict", default={}),
-    boundary=dict(type="path"),
-    record_path=dict(type="path"),
-    record_text=dict(type="str"),
-    signature=dict(type="str", no_log=False),
-    executor=dict(type="str"),
-    targets=dict(type="list", elements="str"),
     playbook=dict(type="str", default="remove.yml"),
-    boundary_signers=dict(type="str"),
-    awx_user=dict(type="str"),
-    ledger_dir=dict(type="path"),
-    checkpoint_key=dict(type="path", no_log=False),
-    task_host=dict(type="str"),
     fail_unfinished=dict(type="bool", default=False),
 )
+ARGUMENT_SPEC.update(record_options())
+ARGUMENT_SPEC.update(pinned_options())
 
 
 def main():
